@@ -1,0 +1,509 @@
+"""A run: what a training loop holds to report its progress, and the module-level shortcuts.
+
+The hot path (:meth:`Run.step`, :meth:`Run.log`, :meth:`Run.epoch`) touches only attributes of the
+run and appends to a deque: no I/O, no clock, no lock held by the sender, no conversion of device
+values, and nothing escapes it as an exception. Everything else happens in the sender thread.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:  # kept out of `import stepwatch`: loaded by init() when a run reports
+    from types import FrameType, TracebackType
+
+    from ._sender import Sender
+    from ._setup import Plan
+    from ._transport import Transport
+    from ._wire import Snapshot
+    from .protocol import Command, ReportState
+
+__all__ = ["Run", "current", "epoch", "finish", "init", "log", "step", "track"]
+
+
+def _logger() -> Any:
+    import logging
+
+    return logging.getLogger("stepwatch")
+
+
+T = TypeVar("T")
+Mode = Literal["native", "kubeflow", "off"]
+FinalState = Literal["finished", "failed", "stopped"]
+
+_MAX_REASON = 256
+"""``LIMITS.max_reason_length``, repeated here so that ``import stepwatch`` needs no protocol."""
+_SOFT_QUEUE = 1024
+"""Queued entries past which the hot path wakes the sender early."""
+_HARD_QUEUE = 16384
+"""Queued entries past which the hot path folds inline (bounded memory if the sender starves)."""
+
+
+class Run:
+    """One attempt of one job, as seen from one process. Create it with :func:`stepwatch.init`.
+
+    ``step()``, ``log()`` and ``epoch()`` are safe to call on every iteration: they never raise,
+    never block and never touch the network. A run without an endpoint (or on a rank other than 0
+    for metrics) accepts the same calls and does nothing with them.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        total_steps: int | None = None,
+        total_epochs: float | None = None,
+        batch_size: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        import uuid
+
+        from ._setup import make_sender
+        from ._window import WindowBuffer
+
+        self.job = plan.job
+        self.namespace = plan.namespace
+        self.identity = plan.identity
+        self.mode: Mode = plan.mode
+        self.url = plan.url
+        self.run_id = uuid.uuid4().hex
+        self._flush_timeout = plan.settings.flush_timeout
+        self._step = 0
+        self._epoch: float | None = None
+        self._total_steps: int | None = None
+        self._total_epochs: float | None = None
+        self._batch_size: int | None = None
+        self._state: ReportState = "running"
+        self._reason = ""
+        self._should_stop = False
+        self._should_checkpoint = False
+        self._command_reason = ""
+        self._finished = False
+        self._warned: set[str] = set()
+        self.update(total_steps=total_steps, total_epochs=total_epochs, batch_size=batch_size)
+        self._buffer = WindowBuffer(hard_limit=_HARD_QUEUE)
+        self._queue = self._buffer.queue
+        self._collect = self.mode != "off" and self.identity.rank == 0
+        self._sender: Sender | None = None
+        if self.mode != "off":
+            sender = make_sender(self, plan, self._buffer if self._collect else None, transport, params)
+            if sender.start():
+                self._sender = sender
+            else:
+                self._collect = False
+                self.mode = "off"
+
+    # ------------------------------------------------------------------------------------ hot path
+
+    def step(self, step: int | None = None, **metrics: Any) -> None:
+        """Count one training step (or jump to ``step``) and fold ``metrics`` into the window.
+
+        Values may be Python numbers, NumPy scalars, torch tensors or JAX arrays; tensors are kept
+        by reference and read in the sender thread. Never raises.
+        """
+        try:
+            if step is None:
+                step = self._step + 1
+            elif step.__class__ is not int or step < 0:
+                step = self._coerce_step(step)
+                if step is None:
+                    return
+            self._step = step
+            if metrics and self._collect:
+                queue = self._queue
+                queue.append((step, metrics))
+                if len(queue) >= _SOFT_QUEUE:
+                    self._relieve(len(queue))
+        except Exception as exc:  # the hot path never raises into the training loop
+            self._warn_once("step", "stepwatch: step() failed and was skipped: %r", exc)
+
+    def log(self, **metrics: Any) -> None:
+        """Fold metrics (eval results, say) into the window at the current step, without moving it."""
+        try:
+            if metrics and self._collect:
+                queue = self._queue
+                queue.append((self._step, metrics))
+                if len(queue) >= _SOFT_QUEUE:
+                    self._relieve(len(queue))
+        except Exception as exc:
+            self._warn_once("log", "stepwatch: log() failed and was skipped: %r", exc)
+
+    def epoch(self, epoch: float) -> None:
+        """Set the current epoch (fractional epochs are fine: 1.5 is half-way through the second)."""
+        if epoch.__class__ in (int, float) and epoch >= 0 and epoch - epoch == 0:
+            self._epoch = epoch
+        else:
+            self._warn_once("epoch", "stepwatch: epoch must be a finite number >= 0, got %r; ignored", epoch)
+
+    def _coerce_step(self, step: object) -> int | None:
+        try:
+            if isinstance(step, float) and step.is_integer():
+                value = int(step)
+            else:
+                value = int(step.__index__())  # type: ignore[attr-defined]  # NumPy and torch integers
+        except Exception:
+            value = -1
+        if value < 0:
+            self._warn_once("badstep", "stepwatch: step must be an integer >= 0, got %r; ignored", step)
+            return None
+        return value
+
+    def _relieve(self, queued: int) -> None:
+        if queued >= _HARD_QUEUE:
+            self._buffer.drain()  # the sender is starved: fold here (no device value is converted)
+        elif queued % _SOFT_QUEUE == 0 and self._sender is not None:
+            self._sender.wake()
+
+    # ---------------------------------------------------------------------------------- the rest
+
+    @property
+    def current_step(self) -> int:
+        """The last step counted."""
+        return self._step
+
+    @property
+    def should_stop(self) -> bool:
+        """The server asked this job to stop (after saving a checkpoint, when it can)."""
+        return self._should_stop
+
+    @property
+    def should_checkpoint(self) -> bool:
+        """The server asked for a checkpoint; call :meth:`checkpoint_done` once it is saved."""
+        return self._should_checkpoint
+
+    @property
+    def command_reason(self) -> str:
+        """Why the server sent its last command (``"not learning for 30 min"``)."""
+        return self._command_reason
+
+    def checkpoint_done(self) -> None:
+        """Say that the checkpoint asked for has been saved."""
+        self._should_checkpoint = False
+
+    @property
+    def total_steps(self) -> int | None:
+        """Total optimizer steps of the run, when known."""
+        return self._total_steps
+
+    def update(
+        self,
+        *,
+        total_steps: int | None = None,
+        total_epochs: float | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        """Set what becomes known after ``init`` (a trainer learns its total steps at train start).
+
+        ``batch_size`` is the number of samples in one optimizer step across all ranks.
+        Invalid values are ignored with one warning.
+        """
+        if total_steps is not None:
+            if _is_int(total_steps) and total_steps >= 1:
+                self._total_steps = int(total_steps)
+            else:
+                self._warn_once("total_steps", "stepwatch: total_steps must be an integer >= 1, got %r", total_steps)
+        if total_epochs is not None:
+            if _is_number(total_epochs) and total_epochs > 0:
+                self._total_epochs = total_epochs
+            else:
+                self._warn_once("total_epochs", "stepwatch: total_epochs must be a number > 0, got %r", total_epochs)
+        if batch_size is not None:
+            if _is_int(batch_size) and batch_size >= 1:
+                self._batch_size = int(batch_size)
+            else:
+                self._warn_once("batch_size", "stepwatch: batch_size must be an integer >= 1, got %r", batch_size)
+
+    def track(self, iterable: Iterable[T], total: int | None = None) -> Iterator[T]:
+        """Yield from ``iterable`` (a data loader), counting one step after each item.
+
+        When the run has no ``total_steps`` yet and the length is known (``total`` or
+        ``len(iterable)``), it becomes that length times ``total_epochs`` (or the length alone).
+        """
+        if total is None:
+            try:
+                total = len(iterable)  # type: ignore[arg-type]
+            except Exception:
+                total = None
+        if total and self._total_steps is None:
+            epochs = self._total_epochs
+            scale = int(epochs) if epochs and float(epochs).is_integer() else 1
+            self.update(total_steps=self._step + total * scale)
+        for item in iterable:
+            yield item
+            self.step()
+
+    def _snapshot(self) -> Snapshot:
+        step = self._step
+        batch = self._batch_size
+        from ._wire import Snapshot
+
+        return Snapshot(
+            wall_time=time.time(),
+            step=step,
+            total_steps=self._total_steps,
+            epoch=self._epoch,
+            total_epochs=self._total_epochs,
+            samples=step * batch if batch else None,
+            state=self._state,
+            reason=self._reason,
+        )
+
+    def _on_command(self, command: Command) -> None:
+        self._command_reason = command.reason
+        if command.kind == "stop":
+            self._should_stop = True
+        elif command.kind == "checkpoint":
+            self._should_checkpoint = True
+        _logger().info(
+            "stepwatch: the server asks this job to %s (%s)", command.kind, command.reason or "no reason given"
+        )
+
+    def finish(self, state: FinalState = "finished", reason: str = "") -> bool:
+        """End the run: send the final state and wait for it (at most the flush timeout).
+
+        Returns whether the final report was delivered. Calling it again does nothing.
+        """
+        if self._finished:
+            return False
+        self._finished = True
+        if state not in ("finished", "failed", "stopped"):
+            self._warn_once(
+                "state", "stepwatch: finish(state=%r) is not finished/failed/stopped; using 'failed'", state
+            )
+            state = "failed"
+        self._state = state
+        self._reason = str(reason)[:_MAX_REASON]
+        self._collect = False
+        _ACTIVE.discard(self)
+        global _current
+        if _current is self:
+            _current = None
+        sender, self._sender = self._sender, None
+        if sender is None:
+            return False
+        return sender.flush(self._snapshot(), self._flush_timeout)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.finish(*_exit_state(exc_type, exc))
+
+    def __repr__(self) -> str:
+        return (
+            f"<stepwatch.Run {self.namespace}/{self.job} mode={self.mode} rank={self.identity.rank} step={self._step}>"
+        )
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _logger().warning(message, *args)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child the sender thread does not exist: the child reports nothing."""
+        self._collect = False
+        self._sender = None
+        self._finished = True
+        self._buffer.reset_after_fork()
+        self._queue = self._buffer.queue
+
+
+# ------------------------------------------------------------------------------------- init & co
+
+
+_current: Run | None = None
+_ACTIVE: set[Run] = set()
+_process_hooks_installed = False
+_uncaught: list[tuple[type[BaseException], BaseException]] = []
+
+
+def init(
+    job: str | None = None,
+    *,
+    namespace: str | None = None,
+    total_steps: int | None = None,
+    total_epochs: float | None = None,
+    batch_size: int | None = None,
+    params: Mapping[str, Any] | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    token_file: str | None = None,
+    ca_cert: str | None = None,
+    interval: float | None = None,
+    flush_timeout: float | None = None,
+    disabled: bool | None = None,
+    transport: Transport | None = None,
+) -> Run:
+    """Start reporting: returns the :class:`Run` a training loop calls ``step()`` on.
+
+    Every argument falls back to its environment variable (``STEPWATCH_URL``, ``STEPWATCH_TOKEN``,
+    ``STEPWATCH_TOKEN_FILE``, ``STEPWATCH_JOB``, ``STEPWATCH_NAMESPACE``, ...), then to the upstream
+    Kubeflow Trainer variables (``KUBEFLOW_TRAINER_SERVER_URL``, ``..._TOKEN``, ``..._CA_CERT``).
+    Without an endpoint the run is a silent no-op after one info line. ``init`` never raises: a
+    setting it cannot use is reported with a warning and reporting is switched off.
+    """
+    global _current
+    from ._setup import plan_run
+
+    if _current is not None:
+        _current.finish("finished", "a new run was started in this process")
+    plan = plan_run(
+        {
+            "job": job,
+            "namespace": namespace,
+            "url": url,
+            "token": token,
+            "token_file": token_file,
+            "ca_cert": ca_cert,
+            "interval": interval,
+            "flush_timeout": flush_timeout,
+            "disabled": disabled,
+        }
+    )
+    run = Run(
+        plan,
+        total_steps=total_steps,
+        total_epochs=total_epochs,
+        batch_size=batch_size,
+        params=params,
+        transport=transport,
+    )
+    _current = run
+    if run.mode != "off":
+        _ACTIVE.add(run)
+        _install_process_hooks(plan.settings.handle_sigterm)
+    return run
+
+
+def current() -> Run | None:
+    """The run started last in this process, if it is not finished."""
+    return _current
+
+
+def _run() -> Run:
+    return _current if _current is not None else init()
+
+
+def step(step: int | None = None, **metrics: Any) -> None:
+    """:meth:`Run.step` on the current run (started from the environment if there is none)."""
+    _run().step(step, **metrics)
+
+
+def log(**metrics: Any) -> None:
+    """:meth:`Run.log` on the current run (started from the environment if there is none)."""
+    _run().log(**metrics)
+
+
+def epoch(epoch: float) -> None:
+    """:meth:`Run.epoch` on the current run (started from the environment if there is none)."""
+    _run().epoch(epoch)
+
+
+def track(iterable: Iterable[T], total: int | None = None) -> Iterator[T]:
+    """:meth:`Run.track` on the current run (started from the environment if there is none)."""
+    return _run().track(iterable, total)
+
+
+def finish(state: FinalState = "finished", reason: str = "") -> bool:
+    """:meth:`Run.finish` on the current run; ``False`` when there is none."""
+    return _current.finish(state, reason) if _current is not None else False
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _exit_state(exc_type: type[BaseException] | None, exc: BaseException | None) -> tuple[FinalState, str]:
+    if exc_type is None:
+        return "finished", ""
+    if issubclass(exc_type, KeyboardInterrupt):
+        return "stopped", "KeyboardInterrupt"
+    if issubclass(exc_type, SystemExit) and getattr(exc, "code", None) in (None, 0):
+        return "finished", ""
+    return "failed", f"{exc_type.__name__}: {exc}"[:_MAX_REASON]
+
+
+# --------------------------------------------------------------------------- process-wide hooks
+
+
+def _install_process_hooks(handle_sigterm: bool) -> None:
+    """At exit, on an uncaught exception, on SIGTERM and after fork(): once per process."""
+    global _process_hooks_installed
+    import atexit
+
+    if _process_hooks_installed:
+        return
+    _process_hooks_installed = True
+    atexit.register(_at_exit)
+    previous_hook = sys.excepthook
+
+    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        _uncaught.append((exc_type, exc))
+        previous_hook(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+    if handle_sigterm:
+        _install_sigterm()
+
+
+def _at_exit() -> None:
+    exc_type, exc = _uncaught[-1] if _uncaught else (None, None)
+    state, reason = _exit_state(exc_type, exc)
+    for run in list(_ACTIVE):
+        try:
+            run.finish(state, reason or "the process exited")
+        except Exception:
+            pass
+
+
+def _after_fork_in_child() -> None:
+    global _current
+    for run in list(_ACTIVE):
+        run._after_fork_in_child()
+    _ACTIVE.clear()
+    _current = None
+
+
+def _install_sigterm() -> None:
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+    except (ValueError, OSError):
+        return
+    if previous is signal.SIG_IGN:
+        return
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        for run in list(_ACTIVE):
+            try:
+                run.finish("stopped", "SIGTERM")
+            except Exception:
+                pass
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except (ValueError, OSError):
+        pass

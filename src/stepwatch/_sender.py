@@ -1,0 +1,288 @@
+"""The sender: one daemon thread that closes windows, sends them, retries, and flushes at the end.
+
+It sleeps on an ``Event`` between reports, so it costs nothing while waiting; every iteration is
+guarded (an error is logged once and the thread goes on); if the thread cannot start, reporting is
+switched off with one warning. Retries back off exponentially with jitter, honour ``429
+Retry-After``, re-read a rotating token file after ``401``/``403``, and drop a report the server
+will never accept (other ``4xx``). :meth:`Sender.flush` sends the final state and waits for it, bounded
+by a timeout; it is what ``finish()``, interpreter exit and SIGTERM call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from ._rate import RateMeter
+from ._transport import TokenSource, Transport, TransportError
+from ._window import WindowBuffer
+from ._wire import Snapshot, Wire
+from .protocol import Command
+
+__all__ = ["Sender"]
+
+_log = logging.getLogger("stepwatch")
+
+_BACKOFF_BASE: Final = 1.0
+_BACKOFF_CAP: Final = 30.0
+_FLUSH_RETRY: Final = 0.25
+_MAX_SENDS_PER_CYCLE: Final = 16
+
+
+class Sender:
+    """Closes a window every ``interval`` seconds and delivers it through a wire mode."""
+
+    def __init__(
+        self,
+        *,
+        wire: Wire,
+        transport: Transport,
+        buffer: WindowBuffer | None,
+        snapshot: Callable[[], Snapshot],
+        on_command: Callable[[Command], None],
+        token: TokenSource,
+        interval: float,
+        request_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        random_fraction: Callable[[], float] = random.random,
+        user_agent: str = "stepwatch",
+    ) -> None:
+        self.wire = wire
+        self.transport = transport
+        self.buffer = buffer
+        self.interval = interval
+        self.request_timeout = request_timeout
+        self.rate = RateMeter()
+        self._snapshot = snapshot
+        self._on_command = on_command
+        self._token = token
+        self._clock = clock
+        self._random = random_fraction
+        self._user_agent = user_agent
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_report = 0.0
+        self._retry_at = 0.0
+        self._failures = 0
+        self._final_deadline: float | None = None
+        self._final_snapshot: Snapshot | None = None
+        self._warned: set[str] = set()
+        self.sent = 0
+        """Bodies the server accepted."""
+        self.last_error: str | None = None
+        """The last reason a request failed, for diagnostics."""
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> bool:
+        """Start the daemon thread; ``False`` (with one warning) when it cannot be started."""
+        self._thread = threading.Thread(target=self._loop, name="stepwatch-sender", daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError as exc:  # e.g. "can't start new thread" under a thread limit
+            _log.warning("stepwatch: cannot start the sender thread (%s); reporting is off", exc)
+            self._thread = None
+            return False
+        return True
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wake(self) -> None:
+        """Ask for a cycle now (the hot path calls this when its queue is long)."""
+        self._wake.set()
+
+    def flush(self, final: Snapshot, timeout: float) -> bool:
+        """Send ``final`` (and everything before it) and stop; ``True`` when it was delivered in time."""
+        if not self.alive:
+            return False
+        self._final_deadline = self._clock() + timeout
+        self._final_snapshot = final
+        self._stop.set()
+        self._wake.set()
+        delivered = self._done.wait(timeout + 0.5)
+        if not delivered:
+            _log.warning(
+                "stepwatch: the final report was not delivered within %.1f s (%s)",
+                timeout,
+                self.last_error or "no answer",
+            )
+        return delivered and self.wire.pending() is None
+
+    def abandon(self) -> None:
+        """Stop without sending (a forked child, a disabled run)."""
+        self._stop.set()
+        self._final_deadline = self._clock()
+        self._wake.set()
+
+    # ----------------------------------------------------------------------------------------- loop
+
+    def _loop(self) -> None:
+        self._next_report = self._clock()  # the first report goes out at once: the job appears
+        while True:
+            now = self._clock()
+            due = self._next_report
+            if self._retry_at > now:
+                due = min(due, self._retry_at)
+            wait = due - now
+            if not self._stop.is_set() and wait > 0:
+                self._wake.wait(wait)
+            self._wake.clear()
+            try:
+                if self._stop.is_set():
+                    self._final_cycle()
+                    break
+                self._cycle()
+            except Exception as exc:  # never let one bad cycle end the thread
+                self._warn_once("cycle", "stepwatch: a reporting cycle failed (%s); going on", exc)
+        self._done.set()
+        try:
+            self.transport.close()
+        except Exception:
+            pass
+
+    def _cycle(self) -> None:
+        now = self._clock()
+        if now >= self._next_report:
+            self._next_report = now + self.interval
+            self._collect(now, None)
+        elif self.buffer is not None:
+            self.buffer.drain()  # woken early (a long queue, a retry): fold it, keep the window open
+        if now >= self._retry_at:
+            self._send_pending(deadline=None)
+
+    def _final_cycle(self) -> None:
+        deadline = self._final_deadline if self._final_deadline is not None else self._clock()
+        if self._final_snapshot is None:
+            return
+        self._collect(self._clock(), self._final_snapshot)
+        while self._clock() < deadline:
+            if self._send_pending(deadline=deadline):
+                return
+            pause = min(max(self._retry_at - self._clock(), 0.0), _FLUSH_RETRY, deadline - self._clock())
+            if pause > 0:
+                time.sleep(pause)
+
+    def _collect(self, now: float, final: Snapshot | None) -> None:
+        windows = self.buffer.take() if self.buffer is not None else []
+        snapshot = final if final is not None else self._snapshot()
+        self.rate.add(now, snapshot.step)
+        self.wire.collect(windows, self._with_rates(snapshot))
+
+    def _with_rates(self, snapshot: Snapshot) -> Snapshot:
+        rate = self.rate.steps_per_second()
+        if rate is None:
+            return snapshot
+        samples_rate = None
+        if snapshot.samples is not None and snapshot.step:
+            samples_rate = rate * snapshot.samples / snapshot.step
+        return dataclasses.replace(
+            snapshot,
+            steps_per_second=rate,
+            samples_per_second=samples_rate,
+            eta_seconds=self.rate.eta_seconds(snapshot.step, snapshot.total_steps),
+        )
+
+    # ----------------------------------------------------------------------------------------- send
+
+    def _send_pending(self, deadline: float | None) -> bool:
+        """Send what is pending; ``True`` when nothing is left."""
+        for _ in range(_MAX_SENDS_PER_CYCLE):
+            body = self.wire.pending()
+            if body is None:
+                return True
+            timeout = self.request_timeout
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - self._clock(), 0.05))
+            if not self._send(body, timeout):
+                return False
+        return self.wire.pending() is None
+
+    def _send(self, body: bytes, timeout: float) -> bool:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": self._user_agent,
+            **self._token.header(),
+        }
+        if self._token.error:
+            self._warn_once("token", "stepwatch: %s", self._token.error)
+        try:
+            response = self.transport.request("POST", self.wire.url, headers=headers, body=body, timeout=timeout)
+        except TransportError as exc:
+            self._failed(f"{self.wire.url} unreachable: {exc}")
+            return False
+        status = response.status
+        if 200 <= status < 300:
+            self._failures = 0
+            self._retry_at = 0.0
+            self.sent += 1
+            for command in self.wire.accepted(response.body):
+                self._on_command(command)
+            return True
+        detail = _detail(response.body)
+        if status == 429:
+            self._failed(f"rate limited (429){detail}", retry_after=_retry_after(response.headers))
+        elif status in (401, 403):
+            self._token.invalidate()
+            self._warn_once(
+                "auth", "stepwatch: the server refused the token (%s)%s; retrying with backoff", status, detail
+            )
+            self._failed(f"token refused ({status}){detail}")
+        elif status in (404, 408) or status >= 500:
+            if status == 404:
+                self._warn_once("404", "stepwatch: %s answered 404%s; retrying with backoff", self.wire.url, detail)
+            self._failed(f"server answered {status}{detail}")
+        else:
+            self._warn_once(
+                f"reject{status}", "stepwatch: the server rejected a report (%s)%s; it is dropped", status, detail
+            )
+            self.wire.rejected()
+            return True
+        return False
+
+    def _failed(self, why: str, retry_after: float | None = None) -> None:
+        self.last_error = why
+        self._failures += 1
+        delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** min(self._failures - 1, 10))
+        delay *= 0.5 + 0.5 * self._random()
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, 600.0))
+        self._retry_at = self._clock() + delay
+        if self._failures == 1:
+            _log.info("stepwatch: %s; retrying in %.1f s", why, delay)
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _log.warning(message, *args)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _detail(body: bytes) -> str:
+    text = body[:300].decode("utf-8", "replace").strip()
+    return f": {text}" if text else ""

@@ -1,0 +1,271 @@
+"""The two wire modes of the sender: native stepwatch reports, and upstream Kubeflow ``trainerStatus``.
+
+A mode turns what the sender collected (closed metric windows and a :class:`Snapshot` of progress)
+into request bodies, and learns from the answers. The sender owns timing and retries; a mode owns
+what is sent:
+
+* :class:`NativeWire` keeps one report in flight, retried unchanged (same ``seq``, so the server
+  stores it once), while newer windows merge into the next report: memory stays bounded however
+  long the server is away. It sends hyperparameters once and acknowledges commands.
+* :class:`KubeflowWire` sends the whole status each time (upstream replaces it on every POST): the
+  latest value of every metric, progress % and the remaining seconds at the recent rate, with the
+  current step, total steps and epoch as metrics, also in the final report.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .protocol import (
+    LIMITS,
+    Command,
+    Identity,
+    KubeflowMetric,
+    MetricWindow,
+    ParamValue,
+    Progress,
+    ProtocolError,
+    Report,
+    ReportResponse,
+    ReportState,
+    TrainerStatus,
+    decode_body,
+    encode_body,
+    format_rfc3339,
+)
+
+__all__ = ["KubeflowWire", "NativeWire", "Snapshot", "Wire"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state of a run as the sender saw it at one moment."""
+
+    wall_time: float
+    step: int | None
+    total_steps: int | None = None
+    epoch: float | None = None
+    total_epochs: float | None = None
+    samples: int | None = None
+    steps_per_second: float | None = None
+    samples_per_second: float | None = None
+    eta_seconds: float | None = None
+    state: ReportState = "running"
+    reason: str = ""
+
+    def progress(self) -> Progress:
+        """The native progress object of this snapshot."""
+        rate = self.steps_per_second
+        return Progress(
+            step=self.step,
+            total_steps=self.total_steps,
+            epoch=self.epoch,
+            total_epochs=self.total_epochs,
+            samples=self.samples,
+            steps_per_second=rate,
+            samples_per_second=self.samples_per_second,
+            step_time=1.0 / rate if rate else None,
+        )
+
+
+class Wire(Protocol):
+    """What the sender needs from a mode."""
+
+    url: str
+
+    def collect(self, windows: list[MetricWindow], snapshot: Snapshot) -> None:
+        """Take newly closed windows and the latest snapshot."""
+
+    def pending(self) -> bytes | None:
+        """The body to send now, or ``None`` when there is nothing to send."""
+
+    def accepted(self, body: bytes) -> list[Command]:
+        """The server accepted the pending body (its answer's body is given); returns new commands."""
+
+    def rejected(self) -> None:
+        """The server refused the pending body for good (4xx other than auth and rate limits)."""
+
+
+class NativeWire:
+    """Reports to a stepwatch server: windows, progress, params once, acks; commands come back."""
+
+    def __init__(
+        self,
+        url: str,
+        run_id: str,
+        identity: Identity,
+        params: Mapping[str, ParamValue] | None,
+        *,
+        max_body: int = LIMITS.max_body_bytes,
+    ) -> None:
+        self.url = url
+        self._run_id = run_id
+        self._identity = identity
+        self._params = dict(params) if params else None
+        self._max_body = max_body
+        self._seq = itertools.count()
+        self._windows: dict[str, MetricWindow] = {}
+        self._snapshot: Snapshot | None = None
+        self._fresh = False
+        self._inflight: deque[tuple[bytes, tuple[str, ...], bool]] = deque()
+        self._acks: list[str] = []
+        self._seen: deque[str] = deque(maxlen=LIMITS.max_acks)
+
+    def collect(self, windows: list[MetricWindow], snapshot: Snapshot) -> None:
+        """Merge new windows into the next report (older unsent windows merge, never pile up)."""
+        for window in windows:
+            older = self._windows.get(window.name)
+            self._windows[window.name] = older.merge(window) if older else window
+        self._snapshot = snapshot
+        self._fresh = True
+
+    def pending(self) -> bytes | None:
+        """The report in flight, else a new one built from what was collected since."""
+        if not self._inflight and self._fresh and self._snapshot is not None:
+            self._build(self._snapshot)
+        return self._inflight[0][0] if self._inflight else None
+
+    def _build(self, snapshot: Snapshot) -> None:
+        windows = list(self._windows.values())
+        self._windows = {}
+        self._fresh = False
+        acks = tuple(self._acks[: LIMITS.max_acks])
+        for part, (chunk, with_params) in enumerate(self._chunks(windows)):
+            report = Report(
+                run_id=self._run_id,
+                seq=next(self._seq),
+                sent_at=snapshot.wall_time,
+                identity=self._identity,
+                progress=snapshot.progress(),
+                metrics=tuple(chunk),
+                params=self._params if with_params else None,
+                acks=acks if part == 0 else (),
+                state=snapshot.state,
+                reason=snapshot.reason[: LIMITS.max_reason_length],
+            )
+            self._inflight.append((encode_body(report.to_dict()), acks if part == 0 else (), with_params))
+
+    def _chunks(self, windows: list[MetricWindow]) -> list[tuple[list[MetricWindow], bool]]:
+        """Split windows so that every body fits the size limit (params travel in the first part)."""
+        parts: list[tuple[list[MetricWindow], bool]] = []
+        todo: list[tuple[list[MetricWindow], bool]] = [(windows, self._params is not None)]
+        while todo:
+            chunk, with_params = todo.pop(0)
+            size = _estimate(chunk, self._params if with_params else None)
+            if size <= self._max_body - 1024 or len(chunk) <= 1:
+                parts.append((chunk, with_params))
+                continue
+            half = len(chunk) // 2
+            todo[:0] = [(chunk[:half], with_params), (chunk[half:], False)]
+        return parts
+
+    def accepted(self, body: bytes) -> list[Command]:
+        """Pop the report in flight; read the commands of the answer and queue their acks."""
+        _, acks, with_params = self._inflight.popleft()
+        if with_params:
+            self._params = None
+        if acks:
+            self._acks = [a for a in self._acks if a not in acks]
+        try:
+            response = ReportResponse.from_dict(decode_body(body)) if body else None
+        except ProtocolError:
+            return []
+        new = []
+        for command in response.commands if response else ():
+            if command.id not in self._seen:
+                self._seen.append(command.id)
+                self._acks.append(command.id)
+                new.append(command)
+            elif command.id not in self._acks and len(self._acks) < LIMITS.max_acks:
+                self._acks.append(command.id)  # the server did not see our ack yet: send it again
+                self._fresh = True
+        if new:
+            self._fresh = True
+        return new
+
+    def rejected(self) -> None:
+        """Drop the report in flight (the server will never accept it)."""
+        self._inflight.popleft()
+
+
+def _estimate(windows: list[MetricWindow], params: Mapping[str, Any] | None) -> int:
+    size = 600 + sum(160 + len(w.name.encode()) for w in windows)
+    if params:
+        size += len(encode_body(params))
+    return size
+
+
+class KubeflowWire:
+    """Sends KEP-2779 ``trainerStatus`` to an upstream Kubeflow Trainer endpoint."""
+
+    def __init__(self, url: str, max_metrics: int = LIMITS.max_metrics_per_report) -> None:
+        self.url = url
+        self._latest: dict[str, float] = {}
+        self._max_metrics = max_metrics - 4  # room for the progress metrics below
+        self._body: bytes | None = None
+
+    def collect(self, windows: list[MetricWindow], snapshot: Snapshot) -> None:
+        """Remember the last value of every metric and build the status to send."""
+        for window in windows:
+            if window.name in self._latest or len(self._latest) < self._max_metrics:
+                self._latest[window.name] = window.last
+        self._body = encode_body(self.status(snapshot).to_body())
+
+    def status(self, snapshot: Snapshot) -> TrainerStatus:
+        """The upstream status of a snapshot."""
+        metrics: list[KubeflowMetric] = []
+        if snapshot.step is not None:
+            metrics.append(KubeflowMetric("current_step", str(snapshot.step)))
+        if snapshot.total_steps is not None:
+            metrics.append(KubeflowMetric("total_steps", str(snapshot.total_steps)))
+        if snapshot.epoch is not None:
+            metrics.append(KubeflowMetric("current_epoch", _format(snapshot.epoch)))
+        if snapshot.total_epochs is not None:
+            metrics.append(KubeflowMetric("total_epochs", _format(snapshot.total_epochs)))
+        taken = {m.name for m in metrics}
+        metrics.extend(KubeflowMetric(k, _format(v)) for k, v in self._latest.items() if k not in taken)
+        percent: int | None = None
+        remaining: int | None = None
+        if snapshot.state == "finished":
+            percent, remaining = 100, 0
+        elif snapshot.step is not None and snapshot.total_steps:
+            percent = min(100, max(0, int(100 * snapshot.step / snapshot.total_steps)))
+        elif snapshot.epoch is not None and snapshot.total_epochs:
+            percent = min(100, max(0, int(100 * snapshot.epoch / snapshot.total_epochs)))
+        if remaining is None and snapshot.eta_seconds is not None and math.isfinite(snapshot.eta_seconds):
+            remaining = max(0, round(snapshot.eta_seconds))
+        return TrainerStatus(
+            progress_percentage=percent,
+            estimated_remaining_seconds=remaining,
+            metrics=tuple(metrics),
+            last_updated_time=format_rfc3339(snapshot.wall_time),
+        )
+
+    def pending(self) -> bytes | None:
+        """The latest status, until it has been delivered."""
+        return self._body
+
+    def accepted(self, body: bytes) -> list[Command]:
+        """Delivered; upstream has no commands."""
+        self._body = None
+        return []
+
+    def rejected(self) -> None:
+        """Refused for good: wait for the next status."""
+        self._body = None
+
+
+def _format(value: float) -> str:
+    """A metric value as an upstream string (at most 64 characters; non-finite as NaN, Inf, -Inf)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))[: LIMITS.max_metric_value_length]

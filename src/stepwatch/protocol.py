@@ -1,0 +1,769 @@
+"""The wire format between a training process and the stepwatch server, and its limits.
+
+This module is the one place the format is defined. It imports nothing of the project and nothing
+outside the standard library, so the report core, the server and the client can all share it.
+
+Two message families live here:
+
+* the **native report** (``POST /api/v1/namespaces/{ns}/jobs/{name}/reports``): one rank's identity,
+  progress, a window of metric aggregates since its previous report, hyperparameters (once), the
+  acknowledgement of commands it has seen, and its lifecycle state; answered by a
+  :class:`ReportResponse` that carries the commands pending for the job;
+* the **Kubeflow Trainer** ``trainerStatus`` of KEP-2779
+  (``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status``), so that
+  upstream clients work unchanged.
+
+Every ``from_dict`` validates completely and raises :class:`ProtocolError` whose ``field`` names the
+JSON path of the first problem (``metrics[3].name``) and whose message says what was expected.
+Non-finite floats are data (they mean divergence): on the wire they are the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"``, so that every body is standard JSON.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+__all__ = [
+    "API_VERSION",
+    "COMMAND_KINDS",
+    "LIMITS",
+    "REPORT_STATES",
+    "BodyTooLarge",
+    "Command",
+    "Identity",
+    "KubeflowMetric",
+    "Limits",
+    "MetricWindow",
+    "Progress",
+    "ProtocolError",
+    "Report",
+    "ReportResponse",
+    "TrainerStatus",
+    "decode_body",
+    "decode_float",
+    "encode_body",
+    "encode_float",
+    "format_rfc3339",
+    "is_valid_metric_name",
+    "is_valid_name",
+    "kubeflow_status_path",
+    "parse_rfc3339",
+    "report_path",
+    "sanitize_name",
+    "validate_metric_name",
+    "validate_name",
+]
+
+API_VERSION: Final = "v1"
+
+ReportState = Literal["running", "finished", "failed", "stopped"]
+CommandKind = Literal["stop", "checkpoint"]
+REPORT_STATES: Final[tuple[str, ...]] = ("running", "finished", "failed", "stopped")
+COMMAND_KINDS: Final[tuple[str, ...]] = ("stop", "checkpoint")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The one table of limits: enforced by the server, respected by the report core."""
+
+    max_body_bytes: int = 64 * 1024
+    """Largest request body, native or Kubeflow (upstream answers 413 above it)."""
+    max_name_length: int = 63
+    """Job and namespace names: Kubernetes DNS-1123 labels, so they can be TrainJob names."""
+    max_metric_name_length: int = 64
+    """Metric names are 1..64 printable characters (``train/loss``, ``rewards/chosen``)."""
+    max_metrics_per_report: int = 256
+    """Distinct metrics in one report (native windows or Kubeflow metrics)."""
+    max_metric_value_length: int = 64
+    """Kubeflow metric values are strings of 1..64 characters."""
+    max_params: int = 128
+    """Hyperparameters sent once per run."""
+    max_param_key_length: int = 64
+    max_param_value_length: int = 256
+    """Longer string values are cut by the report core (with an ellipsis) rather than rejected."""
+    max_reason_length: int = 256
+    max_run_id_length: int = 64
+    max_host_length: int = 253
+    max_acks: int = 64
+    max_commands: int = 16
+    max_world_size: int = 1 << 20
+    default_interval_s: float = 2.0
+    """How often the report core sends to a stepwatch server."""
+    min_kubeflow_interval_s: float = 5.0
+    """Never send to an upstream Kubeflow endpoint more often than this (upstream's own pace)."""
+    heartbeat_interval_factor: int = 5
+    """Ranks other than 0 heartbeat this many times less often than rank 0 reports."""
+
+
+LIMITS: Final = Limits()
+
+_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class ProtocolError(ValueError):
+    """A message does not follow the wire format; ``field`` is the JSON path of the first problem."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class BodyTooLarge(ProtocolError):
+    """The body is larger than :attr:`Limits.max_body_bytes`."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Names, floats, times
+# --------------------------------------------------------------------------------------------------
+
+
+def is_valid_name(name: object) -> bool:
+    """Whether ``name`` is a valid job or namespace name (a Kubernetes DNS-1123 label)."""
+    return isinstance(name, str) and len(name) <= LIMITS.max_name_length and bool(_NAME_RE.match(name))
+
+
+def validate_name(name: object, field: str = "name") -> str:
+    """Return ``name`` if it is a valid job or namespace name, else raise :class:`ProtocolError`."""
+    if not is_valid_name(name):
+        raise ProtocolError(
+            field,
+            f"must be 1-{LIMITS.max_name_length} lowercase letters, digits or '-', starting and ending "
+            f"with a letter or digit (a Kubernetes name), got {_show(name)}",
+        )
+    assert isinstance(name, str)
+    return name
+
+
+def sanitize_name(text: str, fallback: str = "job") -> str:
+    """Turn free text (a script name, ``My_Run v2``) into a valid job name (``my-run-v2``)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    name = re.sub(r"-{2,}", "-", name)[: LIMITS.max_name_length].strip("-")
+    return name or fallback
+
+
+def is_valid_metric_name(name: object) -> bool:
+    """Whether ``name`` is 1..64 printable characters (no control characters)."""
+    return isinstance(name, str) and 0 < len(name) <= LIMITS.max_metric_name_length and name.isprintable()
+
+
+def validate_metric_name(name: object, field: str = "name") -> str:
+    """Return ``name`` if it is a valid metric name, else raise :class:`ProtocolError`."""
+    if not is_valid_metric_name(name):
+        raise ProtocolError(
+            field,
+            f"a metric name must be 1-{LIMITS.max_metric_name_length} printable characters "
+            f"(no control characters), got {_show(name)}",
+        )
+    assert isinstance(name, str)
+    return name
+
+
+_NONFINITE_OUT: Final = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_NONFINITE_IN: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def encode_float(value: float) -> float | str:
+    """A float as it travels: itself when finite, else ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
+    if math.isfinite(value):
+        return value
+    return _NONFINITE_OUT[repr(value)]
+
+
+def decode_float(value: object, field: str) -> float:
+    """Read a wire float: a JSON number or one of the three non-finite strings."""
+    if isinstance(value, bool):
+        raise ProtocolError(field, f"must be a number, got {_show(value)}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value in _NONFINITE_IN:
+        return _NONFINITE_IN[value]
+    raise ProtocolError(field, f"must be a number or 'NaN', 'Infinity', '-Infinity', got {_show(value)}")
+
+
+def format_rfc3339(timestamp: float) -> str:
+    """A Unix time as RFC 3339 in UTC with second precision (``2026-12-02T15:04:05Z``)."""
+    moment = _dt.datetime.fromtimestamp(timestamp, tz=_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: object, field: str = "time") -> float:
+    """Parse an RFC 3339 time (``Z`` or an offset, optional fraction) into a Unix time."""
+    if not isinstance(text, str) or len(text) > 64:
+        raise ProtocolError(field, f"must be an RFC 3339 time like 2026-12-02T15:04:05Z, got {_show(text)}")
+    normalized = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    try:
+        moment = _dt.datetime.fromisoformat(normalized)
+    except ValueError:
+        raise ProtocolError(field, f"must be an RFC 3339 time like 2026-12-02T15:04:05Z, got {_show(text)}") from None
+    if moment.tzinfo is None or "T" not in text.upper():
+        raise ProtocolError(field, f"must be an RFC 3339 time with a time zone (Z or +hh:mm), got {_show(text)}")
+    return moment.timestamp()
+
+
+# --------------------------------------------------------------------------------------------------
+# Native report
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricWindow:
+    """Aggregates of one metric since the previous report.
+
+    ``count`` counts every value logged, ``nonfinite`` those that were NaN or ±Inf; ``min``,
+    ``max`` and ``mean`` are over the finite values only (``None`` when there were none), and
+    ``last`` is the last value, finite or not. ``first_step``..``last_step`` is the step range.
+    """
+
+    name: str
+    last: float
+    min: float | None
+    max: float | None
+    mean: float | None
+    count: int
+    nonfinite: int
+    first_step: int
+    last_step: int
+
+    def __post_init__(self) -> None:
+        validate_metric_name(self.name)
+        _check_int(self.count, "count", minimum=1)
+        _check_int(self.nonfinite, "nonfinite", minimum=0)
+        if self.nonfinite > self.count:
+            raise ProtocolError("nonfinite", f"must be at most count ({self.count}), got {self.nonfinite}")
+        _check_int(self.first_step, "first_step", minimum=0)
+        _check_int(self.last_step, "last_step", minimum=0)
+        if self.first_step > self.last_step:
+            raise ProtocolError("last_step", f"must be >= first_step ({self.first_step}), got {self.last_step}")
+        finite = (self.min, self.max, self.mean)
+        if self.nonfinite == self.count:
+            if any(v is not None for v in finite):
+                raise ProtocolError("min", "min, max and mean must be null when every value is non-finite")
+            return
+        for name, value in zip(("min", "max", "mean"), finite):
+            if value is None or not math.isfinite(value):
+                raise ProtocolError(name, f"must be a finite number when some values are finite, got {value!r}")
+        assert self.min is not None and self.max is not None and self.mean is not None
+        if not self.min <= self.max:
+            raise ProtocolError("max", f"must be >= min ({self.min!r}), got {self.max!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this window."""
+        return {
+            "name": self.name,
+            "last": encode_float(self.last),
+            "min": self.min,
+            "max": self.max,
+            "mean": self.mean,
+            "count": self.count,
+            "nonfinite": self.nonfinite,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "metric") -> MetricWindow:
+        """Validate and read one window."""
+        obj = _object(data, field)
+        with _prefix(field):
+            return cls(
+                name=_required(obj, "name"),
+                last=decode_float(_required(obj, "last"), "last"),
+                min=_optional_float(obj, "min"),
+                max=_optional_float(obj, "max"),
+                mean=_optional_float(obj, "mean"),
+                count=_required(obj, "count"),
+                nonfinite=obj.get("nonfinite", 0),
+                first_step=_required(obj, "first_step"),
+                last_step=_required(obj, "last_step"),
+            )
+
+    def merge(self, newer: MetricWindow) -> MetricWindow:
+        """One window covering this one and a newer one of the same metric."""
+        finite_self = self.count - self.nonfinite
+        finite_new = newer.count - newer.nonfinite
+        finite = finite_self + finite_new
+        if finite_self and finite_new:
+            assert self.min is not None and self.max is not None and self.mean is not None
+            assert newer.min is not None and newer.max is not None and newer.mean is not None
+            lo: float | None = min(self.min, newer.min)
+            hi: float | None = max(self.max, newer.max)
+            mean: float | None = (self.mean * finite_self + newer.mean * finite_new) / finite
+        else:
+            source = self if finite_self else newer
+            lo, hi, mean = source.min, source.max, source.mean
+        return MetricWindow(
+            name=self.name,
+            last=newer.last,
+            min=lo,
+            max=hi,
+            mean=mean,
+            count=self.count + newer.count,
+            nonfinite=self.nonfinite + newer.nonfinite,
+            first_step=min(self.first_step, newer.first_step),
+            last_step=max(self.last_step, newer.last_step),
+        )
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who reports: one rank of one process of one run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    host: str = ""
+    pid: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int(self.world_size, "world_size", minimum=1, maximum=LIMITS.max_world_size)
+        _check_int(self.rank, "rank", minimum=0, maximum=self.world_size - 1)
+        _check_int(self.local_rank, "local_rank", minimum=0, maximum=LIMITS.max_world_size)
+        _check_str(self.host, "host", LIMITS.max_host_length, allow_empty=True)
+        _check_int(self.pid, "pid", minimum=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this identity."""
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "host": self.host,
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "identity") -> Identity:
+        """Validate and read an identity."""
+        obj = _object(data, field)
+        with _prefix(field):
+            return cls(
+                rank=obj.get("rank", 0),
+                world_size=obj.get("world_size", 1),
+                local_rank=obj.get("local_rank", 0),
+                host=obj.get("host", ""),
+                pid=obj.get("pid", 0),
+            )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a rank is: step of total, epoch of total, samples, and its recent pace.
+
+    ``steps_per_second`` and ``samples_per_second`` are the recent rate measured by the reporter;
+    ``step_time`` the recent seconds per step (heartbeats use it for straggler detection);
+    ``eta_seconds`` is set only by jobs that know their own remaining time.
+    """
+
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    total_epochs: float | None = None
+    samples: int | None = None
+    steps_per_second: float | None = None
+    samples_per_second: float | None = None
+    step_time: float | None = None
+    eta_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_optional_int(self.step, "step", minimum=0)
+        _check_optional_int(self.total_steps, "total_steps", minimum=1)
+        _check_optional_int(self.samples, "samples", minimum=0)
+        _check_optional_number(self.epoch, "epoch", minimum=0.0)
+        _check_optional_number(self.total_epochs, "total_epochs", minimum=0.0, strict=True)
+        for name in ("steps_per_second", "samples_per_second", "step_time", "eta_seconds"):
+            _check_optional_number(getattr(self, name), name, minimum=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this progress, without the fields that are unknown."""
+        return {k: v for k, v in _fields(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "progress") -> Progress:
+        """Validate and read a progress object."""
+        obj = _object(data, field)
+        with _prefix(field):
+            return cls(**{k: obj.get(k) for k in _PROGRESS_FIELDS})
+
+
+_PROGRESS_FIELDS: Final = (
+    "step",
+    "total_steps",
+    "epoch",
+    "total_epochs",
+    "samples",
+    "steps_per_second",
+    "samples_per_second",
+    "step_time",
+    "eta_seconds",
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    """An order for the training process, pending until a report acknowledges its ``id``."""
+
+    id: str
+    kind: CommandKind
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        _check_run_id(self.id, "id")
+        if self.kind not in COMMAND_KINDS:
+            raise ProtocolError("kind", f"must be one of {', '.join(COMMAND_KINDS)}, got {_show(self.kind)}")
+        _check_str(self.reason, "reason", LIMITS.max_reason_length, allow_empty=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this command."""
+        return {"id": self.id, "kind": self.kind, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "command") -> Command:
+        """Validate and read a command."""
+        obj = _object(data, field)
+        with _prefix(field):
+            return cls(id=_required(obj, "id"), kind=_required(obj, "kind"), reason=obj.get("reason", ""))
+
+
+ParamValue = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report of one rank: the unit the report core sends and the server stores.
+
+    ``run_id`` names one attempt of the job (a fresh id per ``stepwatch.init``); ``seq`` counts that
+    rank's reports within the run, so a retried report is recognised and stored once. Reports from
+    ranks other than 0 carry no metrics: they are heartbeats.
+    """
+
+    run_id: str
+    seq: int
+    sent_at: float
+    identity: Identity = field(default_factory=Identity)
+    progress: Progress = field(default_factory=Progress)
+    metrics: tuple[MetricWindow, ...] = ()
+    params: Mapping[str, ParamValue] | None = None
+    acks: tuple[str, ...] = ()
+    state: ReportState = "running"
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        _check_run_id(self.run_id, "run_id")
+        _check_int(self.seq, "seq", minimum=0)
+        _check_optional_number(self.sent_at, "sent_at", minimum=0.0)
+        if self.state not in REPORT_STATES:
+            raise ProtocolError("state", f"must be one of {', '.join(REPORT_STATES)}, got {_show(self.state)}")
+        _check_str(self.reason, "reason", LIMITS.max_reason_length, allow_empty=True)
+        if len(self.metrics) > LIMITS.max_metrics_per_report:
+            raise ProtocolError(
+                "metrics",
+                f"at most {LIMITS.max_metrics_per_report} metrics per report, got {len(self.metrics)}",
+            )
+        seen: set[str] = set()
+        for i, window in enumerate(self.metrics):
+            if window.name in seen:
+                raise ProtocolError(f"metrics[{i}].name", f"duplicate metric {window.name!r} in one report")
+            seen.add(window.name)
+        if len(self.acks) > LIMITS.max_acks:
+            raise ProtocolError("acks", f"at most {LIMITS.max_acks} acknowledgements, got {len(self.acks)}")
+        for i, ack in enumerate(self.acks):
+            _check_run_id(ack, f"acks[{i}]")
+        if self.params is not None:
+            _check_params(self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this report."""
+        body: dict[str, Any] = {
+            "api_version": API_VERSION,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "sent_at": self.sent_at,
+            "state": self.state,
+            "identity": self.identity.to_dict(),
+            "progress": self.progress.to_dict(),
+            "metrics": [m.to_dict() for m in self.metrics],
+        }
+        if self.reason:
+            body["reason"] = self.reason
+        if self.params is not None:
+            body["params"] = dict(self.params)
+        if self.acks:
+            body["acks"] = list(self.acks)
+        return body
+
+    @classmethod
+    def from_dict(cls, data: object) -> Report:
+        """Validate and read a report."""
+        obj = _object(data, "")
+        version = obj.get("api_version", API_VERSION)
+        if version != API_VERSION:
+            raise ProtocolError("api_version", f"this server speaks {API_VERSION!r}, got {_show(version)}")
+        metrics = _array(obj.get("metrics", []), "metrics", LIMITS.max_metrics_per_report)
+        acks = _array(obj.get("acks", []), "acks", LIMITS.max_acks)
+        params = obj.get("params")
+        if params is not None:
+            params = {k: _decode_param(v, f"params.{k}") for k, v in _object(params, "params").items()}
+        return cls(
+            run_id=_required(obj, "run_id"),
+            seq=_required(obj, "seq"),
+            sent_at=_required(obj, "sent_at"),
+            identity=Identity.from_dict(obj.get("identity", {})),
+            progress=Progress.from_dict(obj.get("progress", {})),
+            metrics=tuple(MetricWindow.from_dict(m, f"metrics[{i}]") for i, m in enumerate(metrics)),
+            params=params,
+            acks=tuple(acks),
+            state=obj.get("state", "running"),
+            reason=obj.get("reason", ""),
+        )
+
+
+@dataclass(frozen=True)
+class ReportResponse:
+    """The server's answer to a report: what it stored, and the commands pending for the job."""
+
+    accepted_seq: int
+    commands: tuple[Command, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_int(self.accepted_seq, "accepted_seq", minimum=0)
+        if len(self.commands) > LIMITS.max_commands:
+            raise ProtocolError("commands", f"at most {LIMITS.max_commands} commands, got {len(self.commands)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this response."""
+        return {"accepted_seq": self.accepted_seq, "commands": [c.to_dict() for c in self.commands]}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ReportResponse:
+        """Validate and read a response."""
+        obj = _object(data, "")
+        commands = _array(obj.get("commands", []), "commands", LIMITS.max_commands)
+        return cls(
+            accepted_seq=_required(obj, "accepted_seq"),
+            commands=tuple(Command.from_dict(c, f"commands[{i}]") for i, c in enumerate(commands)),
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Kubeflow Trainer (KEP-2779)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeflowMetric:
+    """One upstream metric: a name and a string value, each 1..64 characters."""
+
+    name: str
+    value: str
+
+    def __post_init__(self) -> None:
+        _check_str(self.name, "name", LIMITS.max_metric_name_length)
+        _check_str(self.value, "value", LIMITS.max_metric_value_length)
+
+
+@dataclass(frozen=True)
+class TrainerStatus:
+    """The upstream ``trainerStatus``: each POST replaces the whole status of the TrainJob."""
+
+    progress_percentage: int | None = None
+    estimated_remaining_seconds: int | None = None
+    metrics: tuple[KubeflowMetric, ...] = ()
+    last_updated_time: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_optional_int(self.progress_percentage, "progressPercentage", minimum=0, maximum=100)
+        _check_optional_int(self.estimated_remaining_seconds, "estimatedRemainingSeconds", minimum=0)
+        if len(self.metrics) > LIMITS.max_metrics_per_report:
+            raise ProtocolError("metrics", f"at most {LIMITS.max_metrics_per_report} metrics, got {len(self.metrics)}")
+        if self.last_updated_time is not None:
+            parse_rfc3339(self.last_updated_time, "lastUpdatedTime")
+
+    def to_body(self) -> dict[str, Any]:
+        """The request body ``{"trainerStatus": {...}}``, without the fields that are unknown."""
+        status: dict[str, Any] = {}
+        if self.progress_percentage is not None:
+            status["progressPercentage"] = self.progress_percentage
+        if self.estimated_remaining_seconds is not None:
+            status["estimatedRemainingSeconds"] = self.estimated_remaining_seconds
+        if self.metrics:
+            status["metrics"] = [{"name": m.name, "value": m.value} for m in self.metrics]
+        if self.last_updated_time is not None:
+            status["lastUpdatedTime"] = self.last_updated_time
+        return {"trainerStatus": status}
+
+    @classmethod
+    def from_body(cls, data: object) -> TrainerStatus:
+        """Validate and read a request body ``{"trainerStatus": {...}}``."""
+        outer = _object(data, "")
+        status = _object(_required(outer, "trainerStatus"), "trainerStatus")
+        with _prefix("trainerStatus"):
+            metrics = _array(status.get("metrics", []), "metrics", LIMITS.max_metrics_per_report)
+            parsed = []
+            for i, m in enumerate(metrics):
+                obj = _object(m, f"metrics[{i}]")
+                with _prefix(f"metrics[{i}]"):
+                    parsed.append(KubeflowMetric(name=_required(obj, "name"), value=_required(obj, "value")))
+            return cls(
+                progress_percentage=status.get("progressPercentage"),
+                estimated_remaining_seconds=status.get("estimatedRemainingSeconds"),
+                metrics=tuple(parsed),
+                last_updated_time=status.get("lastUpdatedTime"),
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# Bodies and paths
+# --------------------------------------------------------------------------------------------------
+
+
+def encode_body(obj: Mapping[str, Any]) -> bytes:
+    """Compact standard JSON (no NaN tokens: non-finite values must already be encoded)."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode()
+
+
+def decode_body(body: bytes) -> Any:
+    """Parse a request body, enforcing the size limit; raises :class:`ProtocolError`."""
+    if len(body) > LIMITS.max_body_bytes:
+        raise BodyTooLarge("", f"body is {len(body)} bytes; the limit is {LIMITS.max_body_bytes} bytes (64 KiB)")
+    try:
+        return json.loads(body, parse_constant=_NONFINITE_IN.__getitem__)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError("", f"body is not valid JSON: {exc}") from None
+
+
+def report_path(namespace: str, job: str) -> str:
+    """The URL path of the native report endpoint for a job."""
+    return f"/api/{API_VERSION}/namespaces/{namespace}/jobs/{job}/reports"
+
+
+def kubeflow_status_path(namespace: str, trainjob: str) -> str:
+    """The URL path of the upstream Kubeflow Trainer status endpoint for a TrainJob."""
+    return f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{trainjob}/status"
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation helpers
+# --------------------------------------------------------------------------------------------------
+
+
+class _prefix:
+    """Prefix the field of a ProtocolError raised inside the block with ``prefix.``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, ProtocolError) and self.prefix:
+            exc.field = f"{self.prefix}.{exc.field}" if exc.field else self.prefix
+            exc.args = (f"{exc.field}: {exc.message}",)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _fields(obj: object) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}  # type: ignore[attr-defined]
+
+
+def _object(data: object, field: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ProtocolError(field, f"must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _array(data: object, field: str, limit: int) -> list[Any]:
+    if not isinstance(data, list):
+        raise ProtocolError(field, f"must be a JSON array, got {type(data).__name__}")
+    if len(data) > limit:
+        raise ProtocolError(field, f"at most {limit} items, got {len(data)}")
+    return data
+
+
+def _required(obj: Mapping[str, Any], key: str) -> Any:
+    if key not in obj:
+        raise ProtocolError(key, "is required")
+    return obj[key]
+
+
+def _optional_float(obj: Mapping[str, Any], key: str) -> float | None:
+    value = obj.get(key)
+    return None if value is None else decode_float(value, key)
+
+
+def _check_int(value: object, field: str, minimum: int | None = None, maximum: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ProtocolError(field, f"must be an integer, got {_show(value)}")
+    if minimum is not None and value < minimum:
+        raise ProtocolError(field, f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ProtocolError(field, f"must be <= {maximum}, got {value}")
+
+
+def _check_optional_int(value: object, field: str, minimum: int | None = None, maximum: int | None = None) -> None:
+    if value is not None:
+        _check_int(value, field, minimum, maximum)
+
+
+def _check_optional_number(value: object, field: str, minimum: float, strict: bool = False) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ProtocolError(field, f"must be a number, got {_show(value)}")
+    if not math.isfinite(value):
+        raise ProtocolError(field, f"must be finite, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        raise ProtocolError(field, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+
+
+def _check_str(value: object, field: str, max_length: int, allow_empty: bool = False) -> None:
+    if not isinstance(value, str):
+        raise ProtocolError(field, f"must be a string, got {_show(value)}")
+    if not value and not allow_empty:
+        raise ProtocolError(field, "must not be empty")
+    if len(value) > max_length:
+        raise ProtocolError(field, f"must be at most {max_length} characters, got {len(value)}")
+
+
+def _check_run_id(value: object, field: str) -> None:
+    _check_str(value, field, LIMITS.max_run_id_length)
+    assert isinstance(value, str)
+    if not _RUN_ID_RE.match(value):
+        raise ProtocolError(field, f"must use only letters, digits, '.', '_' and '-', got {_show(value)}")
+
+
+def _check_params(params: Mapping[str, Any]) -> None:
+    if len(params) > LIMITS.max_params:
+        raise ProtocolError("params", f"at most {LIMITS.max_params} parameters, got {len(params)}")
+    for key, value in params.items():
+        if not isinstance(key, str) or not 0 < len(key) <= LIMITS.max_param_key_length or not key.isprintable():
+            raise ProtocolError(
+                "params", f"keys must be 1-{LIMITS.max_param_key_length} printable characters, got {_show(key)}"
+            )
+        if value is None or isinstance(value, (bool, int)):
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ProtocolError(f"params.{key}", f"must be finite, got {value!r}")
+        elif isinstance(value, str):
+            _check_str(value, f"params.{key}", LIMITS.max_param_value_length, allow_empty=True)
+        else:
+            raise ProtocolError(f"params.{key}", f"must be a string, number, boolean or null, got {_show(value)}")
+
+
+def _decode_param(value: object, field: str) -> ParamValue:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise ProtocolError(field, f"must be a string, number, boolean or null, got {type(value).__name__}")
