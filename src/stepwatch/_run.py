@@ -88,7 +88,7 @@ class Run:
         self._finished = False
         self._warned: set[str] = set()
         self.update(total_steps=total_steps, total_epochs=total_epochs, batch_size=batch_size)
-        self._buffer = WindowBuffer(hard_limit=_HARD_QUEUE)
+        self._buffer = WindowBuffer()
         self._queue = self._buffer.queue
         self._collect = self.mode != "off" and self.identity.rank == 0
         self._sender: Sender | None = None
@@ -157,7 +157,7 @@ class Run:
 
     def _relieve(self, queued: int) -> None:
         if queued >= _HARD_QUEUE:
-            self._buffer.drain()  # the sender is starved: fold here (no device value is converted)
+            self._buffer.drain(on_training_thread=True)  # the sender is starved: fold here
         elif queued % _SOFT_QUEUE == 0 and self._sender is not None:
             self._sender.wake()
 

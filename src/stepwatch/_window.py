@@ -1,15 +1,18 @@
-"""Metric windows: the hot path's queue and the per-metric aggregates the sender folds it into.
+"""Metric windows: the hot path's queue and the per-metric series the sender folds it into.
 
-The hot path only appends ``(step, metrics)`` to a deque (an atomic operation under the GIL). The
-sender thread drains the deque and folds each value into an :class:`_Aggregate` (last, min, max,
-sum, count, non-finite count, step range). Values that live on a device (torch tensors, JAX
-arrays) are kept by reference and turned into floats only when the sender takes the window, in
-one batched transfer per device, so the training thread never waits for a device.
+The hot path only appends ``(step, metrics)`` to a deque (atomic under the GIL). Folding moves each
+value into its metric's series (two list appends); reducing a series to last, min, max, mean,
+count, non-finite count and step range uses the C builtins ``sum``, ``min`` and ``max`` over whole
+lists, so per-value work stays a few dozen nanoseconds.
 
-Memory is bounded: at most ``max_metrics`` aggregates, each of fixed size, plus at most
-``hard_limit`` queued entries (past it the hot path folds inline, which converts no device value)
-and at most ``max_deferred`` device values per metric and window (past it the oldest are dropped
-and counted).
+Values that live on an accelerator (CUDA tensors, JAX arrays on a device) are kept by reference and
+turned into floats only in the sender thread, in one batched transfer per device and dtype: the
+training thread never waits for a device.
+
+Memory is bounded: at most ``max_metrics`` series; a series is reduced to its aggregates whenever
+it holds ``series_cap`` values; device values held back by a reduction on the training thread are
+capped at ``max_held`` per metric (the oldest beyond it are dropped and counted); and the queue is
+folded by the training thread itself past ``hard_limit`` entries (see ``Run.step``).
 """
 
 from __future__ import annotations
@@ -27,54 +30,112 @@ __all__ = ["WindowBuffer"]
 
 _log = logging.getLogger("stepwatch")
 
-_DEVICE_MODULES = ("torch", "jax", "jaxlib", "tensorflow", "cupy", "mlx")
-_FOLD_CHUNK = 256
+_DEVICE_MODULES = frozenset({"torch", "jax", "jaxlib", "tensorflow", "cupy", "mlx"})
+_FOLD_CHUNK = 512
+_FLOAT_ONLY = frozenset({float})
 
 
-class _Aggregate:
-    """Running aggregates of one metric within one window."""
+class _Series:
+    """The values of one metric in the current window, and the aggregates of those already reduced."""
 
     __slots__ = (
         "count",
-        "deferred",
         "first_step",
+        "held",
         "hi",
         "last",
-        "last_order",
         "last_step",
         "lo",
         "nonfinite",
-        "order",
+        "steps",
         "total",
+        "values",
     )
 
     def __init__(self) -> None:
+        self.values: list[Any] = []
+        self.steps: list[int] = []
+        self.held: list[tuple[int, Any]] = []
         self.count = 0
         self.nonfinite = 0
         self.total = 0.0
         self.lo = math.inf
         self.hi = -math.inf
         self.last = math.nan
-        self.last_order = -1
-        self.order = 0
         self.first_step = -1
         self.last_step = -1
-        self.deferred: list[tuple[int, int, Any]] = []
 
-    def add(self, step: int, value: float, order: int) -> None:
-        self.count += 1
-        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
-            self.total += value
-            self.lo = min(self.lo, value)
-            self.hi = max(self.hi, value)
+    def reduce(self, buffer: WindowBuffer, name: str, on_training_thread: bool) -> None:
+        """Fold the listed values into the aggregates (device values wait if on the training thread)."""
+        values, steps = self.values[:], self.steps[:]
+        self.values.clear()  # cleared in place: the drain loop holds their bound append methods
+        self.steps.clear()
+        if not on_training_thread and self.held:
+            steps = [s for s, _ in self.held] + steps
+            values = [v for _, v in self.held] + values
+            self.held = []
+        if not values:
+            return
+        if not _FLOAT_ONLY.issuperset(map(type, values)):
+            values, steps = self._convert(buffer, name, values, steps, on_training_thread)
+            if not values:
+                return
+        total = sum(values)
+        if total - total == 0.0:  # every value finite (a NaN or an infinity makes the sum non-finite)
+            finite = values
         else:
-            self.nonfinite += 1
-        if order > self.last_order:  # device values resolve later than the plain ones logged after them
-            self.last = value
-            self.last_order = order
-        if self.first_step < 0 or step < self.first_step:
-            self.first_step = step
-        self.last_step = max(self.last_step, step)
+            finite = [v for v in values if v - v == 0.0]
+            self.nonfinite += len(values) - len(finite)
+            total = sum(finite)
+        if finite:
+            self.total += total
+            lo, hi = min(finite), max(finite)
+            if lo < self.lo:
+                self.lo = lo
+            if hi > self.hi:
+                self.hi = hi
+        self.count += len(values)
+        self.last = values[-1]
+        first, last = min(steps), max(steps)
+        if self.first_step < 0 or first < self.first_step:
+            self.first_step = first
+        if last > self.last_step:
+            self.last_step = last
+
+    def _convert(
+        self, buffer: WindowBuffer, name: str, values: list[Any], steps: list[int], on_training_thread: bool
+    ) -> tuple[list[float], list[int]]:
+        floats: list[float] = []
+        kept_steps: list[int] = []
+        device: list[tuple[int, Any]] = []
+        for value, step in zip(values, steps):
+            cls = value.__class__
+            if cls is float:
+                floats.append(value)
+                kept_steps.append(step)
+            elif cls.__module__.partition(".")[0] in _DEVICE_MODULES:
+                device.append((step, value))
+            else:
+                try:
+                    floats.append(float(value))
+                    kept_steps.append(step)
+                except (TypeError, ValueError, OverflowError):
+                    buffer.drop(name, f"a value of type {cls.__name__} is not a number")
+        if device and on_training_thread:  # only values already in host memory may be read here
+            held = self.held
+            held.extend(item for item in device if not _on_cpu(item[1]))
+            if len(held) > buffer.max_held:
+                del held[: len(held) - buffer.max_held]
+                buffer.drop(name, "more accelerator values than fit in one window; the oldest were dropped")
+            device = [item for item in device if _on_cpu(item[1])]
+        if device:
+            for (step, _), number in zip(device, _to_floats([v for _, v in device])):
+                if number is None:
+                    buffer.drop(name, "an accelerator value that is not a single number")
+                else:
+                    floats.append(number)
+                    kept_steps.append(step)
+        return floats, kept_steps
 
     def window(self, name: str) -> MetricWindow | None:
         if self.count == 0:
@@ -94,21 +155,22 @@ class _Aggregate:
 
 
 class WindowBuffer:
-    """The queue the hot path appends to, and the aggregates of the current window."""
+    """The queue the hot path appends to, and the series of the current window."""
 
     def __init__(
         self,
         *,
         max_metrics: int = LIMITS.max_metrics_per_report,
-        hard_limit: int = 16384,
-        max_deferred: int = 8192,
+        series_cap: int = 4096,
+        max_held: int = 4096,
     ) -> None:
         self.queue: deque[tuple[int, dict[str, Any]]] = deque()
-        self.hard_limit = hard_limit
-        self.max_deferred = max_deferred
         self.max_metrics = max_metrics
+        self.series_cap = series_cap
+        self.max_held = max_held
         self._lock = threading.Lock()
-        self._aggregates: dict[str, _Aggregate] = {}
+        self._series: dict[str, _Series] = {}
+        self._appends: dict[str, tuple[Any, Any]] = {}
         self._known: set[str] = set()
         self._rejected: set[str] = set()
         self.dropped = 0
@@ -118,114 +180,94 @@ class WindowBuffer:
         """Fresh lock and empty state in a forked child (the parent's lock may be held)."""
         self._lock = threading.Lock()
         self.queue = deque()
-        self._aggregates = {}
+        self._series = {}
+        self._appends = {}
 
-    # ----------------------------------------------------------------------------------------- fold
-
-    def drain(self) -> None:
-        """Fold everything queued so far into the current aggregates (never converts device values)."""
+    def drain(self, on_training_thread: bool = False) -> None:
+        """Fold everything queued so far into the current window."""
         queue = self.queue
+        popleft = queue.popleft
         while queue:
             with self._lock:
+                series = self._series
+                appends = self._appends
                 for _ in range(_FOLD_CHUNK):
                     try:
-                        step, metrics = queue.popleft()
+                        step, metrics = popleft()
                     except IndexError:
                         break
-                    self._fold(step, metrics)
+                    for name, value in metrics.items():
+                        pair = appends.get(name)
+                        if pair is None:
+                            if name not in self._known and not self._admit(name):
+                                continue
+                            s = series[name] = _Series()
+                            pair = appends[name] = (s.values.append, s.steps.append)
+                        pair[0](value)
+                        pair[1](step)
+                cap = self.series_cap
+                for name, s in series.items():
+                    if len(s.values) >= cap:
+                        s.reduce(self, name, on_training_thread)
 
-    def _fold(self, step: int, metrics: dict[str, Any]) -> None:
-        aggregates = self._aggregates
-        for name, value in metrics.items():
-            agg = aggregates.get(name)
-            if agg is None:
-                if name not in self._known and not self._admit(name):
-                    continue
-                agg = aggregates[name] = _Aggregate()
-            agg.order += 1
-            cls = value.__class__
-            if cls is float:
-                agg.add(step, value, agg.order)
-            elif getattr(cls, "__module__", "").partition(".")[0] in _DEVICE_MODULES:
-                deferred = agg.deferred
-                deferred.append((agg.order, step, value))
-                if len(deferred) > self.max_deferred:
-                    del deferred[: len(deferred) - self.max_deferred]
-                    self._drop(name, "more device values than fit in one window; the oldest were dropped")
-            else:
-                try:
-                    number = float(value)
-                except (TypeError, ValueError, OverflowError):
-                    self._drop(name, f"value of type {cls.__name__} is not a number")
-                    continue
-                agg.add(step, number, agg.order)
+    def take(self) -> list[MetricWindow]:
+        """Close the current window (sender thread): drain, resolve device values, return the windows."""
+        self.drain()
+        with self._lock:
+            series, self._series = self._series, {}
+            self._appends = {}
+        windows = []
+        for name, s in series.items():
+            s.reduce(self, name, on_training_thread=False)
+            window = s.window(name)
+            if window is not None:
+                windows.append(window)
+        return windows
 
     def _admit(self, name: object) -> bool:
         if not is_valid_metric_name(name):
-            self._drop(name, "a metric name must be 1-64 printable characters")
+            self.drop(name, f"a metric name must be 1-{LIMITS.max_metric_name_length} printable characters")
             return False
         if len(self._known) >= self.max_metrics:
-            self._drop(name, f"a run reports at most {self.max_metrics} distinct metrics")
+            self.drop(name, f"a run reports at most {self.max_metrics} distinct metrics")
             return False
         assert isinstance(name, str)
         self._known.add(name)
         return True
 
-    def _drop(self, name: object, why: str) -> None:
+    def drop(self, name: object, why: str) -> None:
+        """Count a dropped value and warn once per metric."""
         self.dropped += 1
         key = repr(name)[:80]
         if key not in self._rejected and len(self._rejected) < 1024:
             self._rejected.add(key)
             _log.warning("stepwatch: dropped metric %s: %s (warned once per metric)", key, why)
 
-    # ----------------------------------------------------------------------------------------- take
 
-    def take(self) -> list[MetricWindow]:
-        """Close the current window: drain the queue, resolve device values, return the windows."""
-        self.drain()
-        with self._lock:
-            aggregates, self._aggregates = self._aggregates, {}
-        self._resolve_deferred(aggregates)
-        windows = []
-        for name, agg in aggregates.items():
-            window = agg.window(name)
-            if window is not None:
-                windows.append(window)
-        return windows
-
-    def _resolve_deferred(self, aggregates: dict[str, _Aggregate]) -> None:
-        """Turn the deferred device values into floats, one transfer per device and dtype."""
-        pending = [(name, agg) for name, agg in aggregates.items() if agg.deferred]
-        if not pending:
-            return
-        floats = _to_floats([value for _, agg in pending for (_, _, value) in agg.deferred])
-        i = 0
-        for name, agg in pending:
-            deferred, agg.deferred = agg.deferred, []
-            for order, step, _ in deferred:
-                number = floats[i]
-                i += 1
-                if number is None:
-                    self._drop(name, "a device value that is not a single number")
-                else:
-                    agg.add(step, number, order)
+def _on_cpu(value: Any) -> bool:
+    """Whether reading ``value`` needs no device synchronisation (a CPU tensor or array)."""
+    device = getattr(value, "device", None)
+    kind = getattr(device, "type", None)  # torch: device.type; JAX: a Device with platform
+    if kind is None:
+        kind = getattr(device, "platform", None)
+    return kind == "cpu"
 
 
 def _to_floats(values: list[Any]) -> list[float | None]:
-    """Floats of device values: torch tensors batched per device and dtype, others one by one."""
+    """Floats of device values: torch tensors stacked per device, dtype and shape, others one by one."""
     out: list[float | None] = [None] * len(values)
     torch: Any = sys.modules.get("torch")
-    groups: dict[tuple[Any, Any], list[int]] = {}
+    tensor_type = torch.Tensor if torch is not None else ()
+    groups: dict[tuple[Any, Any, Any], list[int]] = {}
     for i, value in enumerate(values):
-        if torch is not None and isinstance(value, torch.Tensor) and value.numel() == 1:
-            groups.setdefault((value.device, value.dtype), []).append(i)
-            continue
-        out[i] = _one_float(value)
+        if isinstance(value, tensor_type) and value.numel() == 1:
+            groups.setdefault((value.device, value.dtype, value.shape), []).append(i)
+        else:
+            out[i] = _one_float(value)
     for indices in groups.values():
         try:
             with torch.no_grad():
-                stacked = torch.stack([values[i].detach().reshape(()) for i in indices])
-                numbers = stacked.double().cpu().tolist()
+                numbers = torch.stack([values[i] for i in indices]).double().cpu().reshape(-1).tolist()
             for i, number in zip(indices, numbers):
                 out[i] = float(number)
         except Exception:  # a dtype that does not stack or convert: fall back to one at a time
