@@ -254,26 +254,42 @@ def _on_cpu(value: Any) -> bool:
 
 
 def _to_floats(values: list[Any]) -> list[float | None]:
-    """Floats of device values: torch tensors stacked per device, dtype and shape, others one by one."""
+    """Floats of device values: torch tensors in one stacked transfer, others one by one.
+
+    The common case (scalars of one device and dtype) costs one ``torch.stack`` and one copy; mixed
+    devices, dtypes or shapes fall back to one group per kind, and the rest to ``float()``.
+    """
     out: list[float | None] = [None] * len(values)
     torch: Any = sys.modules.get("torch")
     tensor_type = torch.Tensor if torch is not None else ()
-    groups: dict[tuple[Any, Any, Any], list[int]] = {}
+    tensors = [i for i, value in enumerate(values) if isinstance(value, tensor_type)]
+    is_tensor = set(tensors)
     for i, value in enumerate(values):
-        if isinstance(value, tensor_type) and value.numel() == 1:
-            groups.setdefault((value.device, value.dtype, value.shape), []).append(i)
-        else:
+        if i not in is_tensor:
             out[i] = _one_float(value)
-    for indices in groups.values():
-        try:
-            with torch.no_grad():
-                numbers = torch.stack([values[i] for i in indices]).double().cpu().reshape(-1).tolist()
-            for i, number in zip(indices, numbers):
-                out[i] = float(number)
-        except Exception:  # a dtype that does not stack or convert: fall back to one at a time
-            for i in indices:
-                out[i] = _one_float(values[i])
+    if tensors and not _stack_into(torch, values, tensors, out):
+        groups: dict[tuple[Any, Any, Any], list[int]] = {}
+        for i in tensors:
+            value = values[i]
+            groups.setdefault((value.device, value.dtype, tuple(value.shape)), []).append(i)
+        for indices in groups.values():
+            if not _stack_into(torch, values, indices, out):
+                for i in indices:
+                    out[i] = _one_float(values[i])
     return out
+
+
+def _stack_into(torch: Any, values: list[Any], indices: list[int], out: list[float | None]) -> bool:
+    try:
+        with torch.no_grad():
+            numbers = torch.stack([values[i] for i in indices]).double().cpu().reshape(-1).tolist()
+    except Exception:  # devices, dtypes or shapes differ
+        return False
+    if len(numbers) != len(indices):  # tensors of more than one element are not metrics
+        return False
+    for i, number in zip(indices, numbers):
+        out[i] = float(number)
+    return True
 
 
 def _one_float(value: Any) -> float | None:
