@@ -23,7 +23,10 @@ class SettingError(ValueError):
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive number of seconds, got {text!r}")
     return value
