@@ -105,37 +105,34 @@ class _Series:
     def _convert(
         self, buffer: WindowBuffer, name: str, values: list[Any], steps: list[int], on_training_thread: bool
     ) -> tuple[list[float], list[int]]:
-        floats: list[float] = []
-        kept_steps: list[int] = []
-        device: list[tuple[int, Any]] = []
-        for value, step in zip(values, steps):
+        """Floats in logging order; values that cannot be read here are held back or dropped."""
+        out: list[float | None] = [None] * len(values)
+        device: list[int] = []
+        for i, value in enumerate(values):
             cls = value.__class__
             if cls is float:
-                floats.append(value)
-                kept_steps.append(step)
+                out[i] = value
             elif cls.__module__.partition(".")[0] in _DEVICE_MODULES:
-                device.append((step, value))
+                device.append(i)
             else:
                 try:
-                    floats.append(float(value))
-                    kept_steps.append(step)
+                    out[i] = float(value)
                 except (TypeError, ValueError, OverflowError):
                     buffer.drop(name, f"a value of type {cls.__name__} is not a number")
         if device and on_training_thread:  # only values already in host memory may be read here
-            held = self.held
-            held.extend(item for item in device if not _on_cpu(item[1]))
-            if len(held) > buffer.max_held:
-                del held[: len(held) - buffer.max_held]
+            held = [i for i in device if not _on_cpu(values[i])]
+            self.held.extend((steps[i], values[i]) for i in held)
+            if len(self.held) > buffer.max_held:
+                del self.held[: len(self.held) - buffer.max_held]
                 buffer.drop(name, "more accelerator values than fit in one window; the oldest were dropped")
-            device = [item for item in device if _on_cpu(item[1])]
+            device = [i for i in device if _on_cpu(values[i])]
         if device:
-            for (step, _), number in zip(device, _to_floats([v for _, v in device])):
+            for i, number in zip(device, _to_floats([values[i] for i in device])):
+                out[i] = number
                 if number is None:
                     buffer.drop(name, "an accelerator value that is not a single number")
-                else:
-                    floats.append(number)
-                    kept_steps.append(step)
-        return floats, kept_steps
+        kept = [i for i, number in enumerate(out) if number is not None]
+        return [out[i] for i in kept], [steps[i] for i in kept]  # type: ignore[misc]
 
     def window(self, name: str) -> MetricWindow | None:
         if self.count == 0:
