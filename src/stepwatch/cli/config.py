@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from .._env import default_job_name, detect_identity
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         resolved = resolve({})
     except SettingError as exc:
-        print(f"stepwatch config: {exc}")
+        print(f"stepwatch config: {exc}", file=sys.stderr)
         return 1
     identity = detect_identity()
     rows = []
