@@ -212,7 +212,7 @@ def test_large_reports_are_split_under_the_body_limit() -> None:
     wire = NativeWire("http://sw.test/r", "run1", Identity(), params)
     h = Harness(wire=wire)
     names = [f"metric/{i:03d}/" + "x" * 50 for i in range(LIMITS.max_metrics_per_report)]
-    h.buffer.queue.append((1, {n: 1.0 / 3.0 for n in names}))
+    h.buffer.queue.append((1, dict.fromkeys(names, 1.0 / 3.0)))
     h.cycle()
     bodies = [r.body for r in h.transport.requests]
     assert len(bodies) > 1

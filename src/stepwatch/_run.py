@@ -8,6 +8,7 @@ values, and nothing escapes it as an exception. Everything else happens in the s
 from __future__ import annotations
 
 import math
+import operator
 import os
 import sys
 import threading
@@ -144,10 +145,8 @@ class Run:
 
     def _coerce_step(self, step: object) -> int | None:
         try:
-            if isinstance(step, float) and step.is_integer():
-                value = int(step)
-            else:
-                value = int(step.__index__())  # type: ignore[attr-defined]  # NumPy and torch integers
+            integral = isinstance(step, float) and step.is_integer()
+            value = int(step) if integral else operator.index(step)  # type: ignore[arg-type, call-overload]
         except Exception:
             value = -1
         if value < 0:

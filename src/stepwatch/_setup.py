@@ -130,14 +130,13 @@ def clean_params(
         warn("stepwatch: params could not be read (%r); not sent", exc)
         return None
     flat: dict[str, ParamValue] = {}
-    for key, value in items:
+    for long_key, value in items:
         if len(flat) >= LIMITS.max_params:
             warn("stepwatch: only the first %d params are sent", LIMITS.max_params)
             break
-        key = key[: LIMITS.max_param_key_length]
-        if not key or not key.isprintable():
-            continue
-        flat[key] = _param_value(value)
+        key = long_key[: LIMITS.max_param_key_length]
+        if key and key.isprintable():
+            flat[key] = _param_value(value)
     return flat
 
 
@@ -150,16 +149,18 @@ def _flatten(params: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]
             yield name, value
 
 
-def _param_value(value: Any) -> ParamValue:
+def _param_value(raw: Any) -> ParamValue:
+    value: object = raw
     if value is not None and not isinstance(value, (str, bool, int, float)):
         try:
             value = value.item() if hasattr(value, "item") else repr(value)  # NumPy and torch scalars
         except Exception:
             value = repr(value)
-        if not (value is None or isinstance(value, (str, bool, int, float))):
-            value = repr(value)
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
-    if isinstance(value, str) and len(value) > LIMITS.max_param_value_length:
-        return value[: LIMITS.max_param_value_length - 1] + "\u2026"
-    return value
+    if isinstance(value, str):
+        limit = LIMITS.max_param_value_length
+        return value if len(value) <= limit else value[: limit - 1] + "\u2026"
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _param_value(repr(value))

@@ -90,17 +90,14 @@ class _Series:
         if finite:
             self.total += total
             lo, hi = min(finite), max(finite)
-            if lo < self.lo:
-                self.lo = lo
-            if hi > self.hi:
-                self.hi = hi
+            self.lo = min(self.lo, lo)
+            self.hi = max(self.hi, hi)
         self.count += len(values)
         self.last = values[-1]
         first, last = min(steps), max(steps)
         if self.first_step < 0 or first < self.first_step:
             self.first_step = first
-        if last > self.last_step:
-            self.last_step = last
+        self.last_step = max(self.last_step, last)
 
     def _convert(
         self, buffer: WindowBuffer, name: str, values: list[Any], steps: list[int], on_training_thread: bool

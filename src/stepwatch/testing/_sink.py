@@ -70,6 +70,8 @@ class ReportSink:
         self.reports: list[Report] = []
         self.statuses: list[TrainerStatus] = []
         self.duplicates = 0
+        self.by_job: dict[str, list[Report]] = {}
+        """Stored native reports per ``namespace/job``, from the request path."""
         self._port = port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -198,16 +200,17 @@ class ReportSink:
                     self.statuses.append(status)
                     self._changed.notify_all()
                 return 200, {}, encode_body(status.to_body())
-            if path.startswith("/api/v1/namespaces/") and path.endswith(_REPORT_SUFFIX):
+            if path.startswith("/api/v1/namespaces/") and path.endswith(_REPORT_SUFFIX) and path.count("/") == 7:
                 report = Report.from_dict(data)
-                return 200, {}, encode_body(self._store(report).to_dict())
+                parts = path.split("/")  # /api/v1/namespaces/{ns}/jobs/{job}/reports
+                return 200, {}, encode_body(self._store(f"{parts[4]}/{parts[6]}", report).to_dict())
         except BodyTooLarge as exc:
             return 413, {}, _error(413, "RequestEntityTooLarge", str(exc))
         except ProtocolError as exc:
             return 422, {}, _error(422, "Invalid", str(exc))
         return 404, {}, _error(404, "NotFound", f"no endpoint at {path}")
 
-    def _store(self, report: Report) -> ReportResponse:
+    def _store(self, job: str, report: Report) -> ReportResponse:
         key = (report.run_id, report.identity.rank, report.seq)
         with self._changed:
             for ack in report.acks:
@@ -217,6 +220,7 @@ class ReportSink:
             else:
                 self._seen.add(key)
                 self.reports.append(report)
+                self.by_job.setdefault(job, []).append(report)
             self._changed.notify_all()
             commands = tuple(self._commands.values())[: LIMITS.max_commands]
         return ReportResponse(accepted_seq=report.seq, commands=commands)
