@@ -128,3 +128,19 @@ def test_cli_without_a_command_prints_help() -> None:
     assert out.returncode == 2 and "usage: stepwatch" in out.stderr
     version = subprocess.run([sys.executable, "-m", "stepwatch", "--version"], capture_output=True, text=True)
     assert version.stdout.startswith("stepwatch ")
+
+
+def test_the_documented_limits_are_the_enforced_ones() -> None:
+    from pathlib import Path
+
+    from stepwatch.protocol import LIMITS
+
+    doc = (Path(__file__).parents[1] / "docs" / "reporting.md").read_text()
+    assert f"| request body | {LIMITS.max_body_bytes // 1024} KiB" in doc
+    assert f"at most {LIMITS.max_name_length} |" in doc
+    assert f"| metric names | 1–{LIMITS.max_metric_name_length} printable characters |" in doc
+    assert f"| metrics per report | {LIMITS.max_metrics_per_report} " in doc
+    assert f"| Kubeflow metric values | strings of 1–{LIMITS.max_metric_value_length} characters |" in doc
+    assert f"| hyperparameters | {LIMITS.max_params} entries; keys up to {LIMITS.max_param_key_length}" in doc
+    assert f"string values up to {LIMITS.max_param_value_length}" in doc
+    assert f"| reasons | {LIMITS.max_reason_length} characters |" in doc
