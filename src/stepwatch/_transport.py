@@ -86,7 +86,10 @@ class HTTPTransport:
             target += "?" + parts.query
         with self._lock:
             for attempt in (0, 1):
-                conn = self._connection(scheme, parts.hostname, port, timeout)
+                try:
+                    conn = self._connection(scheme, parts.hostname, port, timeout)
+                except (OSError, ssl.SSLError) as exc:  # e.g. a CA bundle that cannot be read
+                    raise TransportError(f"cannot set up TLS for {url}: {exc}") from None
                 reused = conn.sock is not None
                 try:
                     conn.request(method, target, body=body, headers=dict(headers))
@@ -104,7 +107,8 @@ class HTTPTransport:
                     if reused and attempt == 0:
                         continue  # the server closed an idle keep-alive connection: reconnect once
                     raise TransportError(f"{type(exc).__name__}: {exc}") from None
-                except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
+                except (OSError, http.client.HTTPException, ssl.SSLError, ValueError) as exc:
+                    # ValueError: a header http.client refuses (a token with a line break in it)
                     self._drop(scheme, parts.hostname, port)
                     raise TransportError(f"{type(exc).__name__}: {exc}") from None
         raise TransportError("unreachable")  # pragma: no cover - the loop returns or raises

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -41,6 +42,8 @@ class Received:
     headers: Mapping[str, str]
     body: bytes
     status: int
+    client_port: int = 0
+    """The client's source port: requests on one kept-alive connection share it."""
 
     def json(self) -> Any:
         """The body parsed as JSON."""
@@ -63,8 +66,11 @@ class ReportSink:
     :attr:`delay` (hang before answering), :attr:`token` (403 without the right bearer token).
     """
 
-    def __init__(self, *, token: str | None = None, port: int = 0) -> None:
+    def __init__(
+        self, *, token: str | None = None, port: int = 0, tls_cert: str | None = None, tls_key: str | None = None
+    ) -> None:
         self.token = token
+        self._tls = (tls_cert, tls_key) if tls_cert else None
         self.delay = 0.0
         self.received: list[Received] = []
         self.reports: list[Report] = []
@@ -90,6 +96,10 @@ class ReportSink:
         self._stopping.clear()
         server = ThreadingHTTPServer(("127.0.0.1", self._port), self._handler_class())
         server.daemon_threads = True
+        if self._tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self._tls)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         self._port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="report-sink", daemon=True)
@@ -127,8 +137,9 @@ class ReportSink:
 
     @property
     def url(self) -> str:
-        """The base URL of the native API."""
-        return f"http://127.0.0.1:{self._port}"
+        """The base URL of the native API (https when started with a certificate)."""
+        scheme = "https" if self._tls else "http"
+        return f"{scheme}://127.0.0.1:{self._port}"
 
     def kubeflow_url(self, namespace: str = "default", trainjob: str = "job") -> str:
         """The full upstream status URL of a TrainJob on this sink."""
@@ -254,7 +265,9 @@ class ReportSink:
                 if sink._stopping.is_set():
                     self.close_connection = True
                     return
-                sink._record(Received(time.time(), self.command, self.path, headers, body, status))
+                sink._record(
+                    Received(time.time(), self.command, self.path, headers, body, status, self.client_address[1])
+                )
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
