@@ -15,6 +15,7 @@ from stepwatch.protocol import (
     LIMITS,
     Command,
     Identity,
+    Progress,
     Report,
     ReportResponse,
     TrainerStatus,
@@ -46,7 +47,7 @@ class Harness:
             wire=self.wire,
             transport=self.transport,
             buffer=self.buffer,
-            snapshot=lambda: Snapshot(wall_time=1.7e9, step=self.step, total_steps=100),
+            snapshot=lambda: Snapshot(1.7e9, Progress(step=self.step, total_steps=100)),
             on_command=self.commands.append,
             token=token or TokenSource("secret"),
             interval=2.0,
@@ -253,7 +254,7 @@ def kubeflow(snapshot: Snapshot, metrics: dict[str, float] | None = None) -> Tra
     wire = KubeflowWire("http://kf.test/status")
     buffer = WindowBuffer()
     if metrics:
-        buffer.queue.append((snapshot.step or 0, metrics))
+        buffer.queue.append((snapshot.progress.step or 0, metrics))
     wire.collect(buffer.take(), snapshot)
     body = wire.pending()
     assert body is not None and len(body) <= LIMITS.max_body_bytes
@@ -262,7 +263,7 @@ def kubeflow(snapshot: Snapshot, metrics: dict[str, float] | None = None) -> Tra
 
 def test_kubeflow_status_while_running() -> None:
     status = kubeflow(
-        Snapshot(wall_time=1.7e9, step=333, total_steps=1000, epoch=1.25, total_epochs=3, eta_seconds=123.4),
+        Snapshot(1.7e9, Progress(step=333, total_steps=1000, epoch=1.25, total_epochs=3, eta_seconds=123.4)),
         {"loss": 0.25, "grad_norm": float("nan"), "learning_rate": 3e-5, "eval_loss": float("inf")},
     )
     assert status.progress_percentage == 33
@@ -282,14 +283,14 @@ def test_kubeflow_status_while_running() -> None:
 
 
 def test_kubeflow_final_status_keeps_step_metrics() -> None:
-    status = kubeflow(Snapshot(wall_time=1.7e9, step=1000, total_steps=1000, state="finished"), {"loss": 0.1})
+    status = kubeflow(Snapshot(1.7e9, Progress(step=1000, total_steps=1000), state="finished"), {"loss": 0.1})
     assert (status.progress_percentage, status.estimated_remaining_seconds) == (100, 0)
     assert {m.name for m in status.metrics} >= {"current_step", "total_steps", "loss"}
 
 
 def test_kubeflow_progress_from_epochs_and_unknown_totals() -> None:
-    assert kubeflow(Snapshot(wall_time=1.7e9, step=5, epoch=1.5, total_epochs=2)).progress_percentage == 75
-    unknown = kubeflow(Snapshot(wall_time=1.7e9, step=5))
+    assert kubeflow(Snapshot(1.7e9, Progress(step=5, epoch=1.5, total_epochs=2))).progress_percentage == 75
+    unknown = kubeflow(Snapshot(1.7e9, Progress(step=5)))
     assert (unknown.progress_percentage, unknown.estimated_remaining_seconds) == (None, None)
 
 
@@ -297,9 +298,9 @@ def test_kubeflow_keeps_the_latest_value_of_every_metric_within_the_limit() -> N
     wire = KubeflowWire("http://kf.test/status")
     buffer = WindowBuffer()
     buffer.queue.append((1, {f"m{i}": float(i) for i in range(300)}))
-    wire.collect(buffer.take(), Snapshot(wall_time=1.7e9, step=1, total_steps=10))
+    wire.collect(buffer.take(), Snapshot(1.7e9, Progress(step=1, total_steps=10)))
     buffer.queue.append((2, {"m0": 42.0}))
-    wire.collect(buffer.take(), Snapshot(wall_time=1.7e9, step=2, total_steps=10))
+    wire.collect(buffer.take(), Snapshot(1.7e9, Progress(step=2, total_steps=10)))
     status = TrainerStatus.from_body(json.loads(wire.pending() or b""))
     assert len(status.metrics) <= LIMITS.max_metrics_per_report
     assert {m.name: m.value for m in status.metrics}["m0"] == "42"

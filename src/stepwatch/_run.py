@@ -239,20 +239,19 @@ class Run:
             self.step()
 
     def _snapshot(self) -> Snapshot:
+        from ._wire import Snapshot  # loaded by then: the sender imported them
+        from .protocol import Progress
+
         step = self._step
         batch = self._batch_size
-        from ._wire import Snapshot
-
-        return Snapshot(
-            wall_time=time.time(),
+        progress = Progress(
             step=step,
             total_steps=self._total_steps,
             epoch=self._epoch,
             total_epochs=self._total_epochs,
             samples=step * batch if batch else None,
-            state=self._state,
-            reason=self._reason,
         )
+        return Snapshot(wall_time=time.time(), progress=progress, state=self._state, reason=self._reason)
 
     def _on_command(self, command: Command) -> None:
         self._command_reason = command.reason

@@ -176,22 +176,23 @@ class Sender:
     def _collect(self, now: float, final: Snapshot | None) -> None:
         windows = self.buffer.take() if self.buffer is not None else []
         snapshot = final if final is not None else self._snapshot()
-        self.rate.add(now, snapshot.step)
+        self.rate.add(now, snapshot.progress.step)
         self.wire.collect(windows, self._with_rates(snapshot))
 
     def _with_rates(self, snapshot: Snapshot) -> Snapshot:
+        """The snapshot with the recent pace: steps/s, samples/s, seconds per step, ETA."""
         rate = self.rate.steps_per_second()
-        if rate is None:
+        if not rate:
             return snapshot
-        samples_rate = None
-        if snapshot.samples is not None and snapshot.step:
-            samples_rate = rate * snapshot.samples / snapshot.step
-        return dataclasses.replace(
-            snapshot,
+        p = snapshot.progress
+        progress = dataclasses.replace(
+            p,
             steps_per_second=rate,
-            samples_per_second=samples_rate,
-            eta_seconds=self.rate.eta_seconds(snapshot.step, snapshot.total_steps),
+            samples_per_second=rate * p.samples / p.step if p.samples is not None and p.step else None,
+            step_time=1.0 / rate,
+            eta_seconds=self.rate.eta_seconds(p.step, p.total_steps),
         )
+        return dataclasses.replace(snapshot, progress=progress)
 
     # ----------------------------------------------------------------------------------------- send
 

@@ -14,6 +14,7 @@ what is sent:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import deque
@@ -47,30 +48,9 @@ class Snapshot:
     """The state of a run as the sender saw it at one moment."""
 
     wall_time: float
-    step: int | None
-    total_steps: int | None = None
-    epoch: float | None = None
-    total_epochs: float | None = None
-    samples: int | None = None
-    steps_per_second: float | None = None
-    samples_per_second: float | None = None
-    eta_seconds: float | None = None
+    progress: Progress
     state: ReportState = "running"
     reason: str = ""
-
-    def progress(self) -> Progress:
-        """The native progress object of this snapshot."""
-        rate = self.steps_per_second
-        return Progress(
-            step=self.step,
-            total_steps=self.total_steps,
-            epoch=self.epoch,
-            total_epochs=self.total_epochs,
-            samples=self.samples,
-            steps_per_second=rate,
-            samples_per_second=self.samples_per_second,
-            step_time=1.0 / rate if rate else None,
-        )
 
 
 class Wire(Protocol):
@@ -141,7 +121,7 @@ class NativeWire:
                 seq=next(self._seq),
                 sent_at=snapshot.wall_time,
                 identity=self._identity,
-                progress=snapshot.progress(),
+                progress=dataclasses.replace(snapshot.progress, eta_seconds=None),  # the server's own ETA rules
                 metrics=tuple(chunk),
                 params=self._params if with_params else None,
                 acks=acks if part == 0 else (),
@@ -218,27 +198,28 @@ class KubeflowWire:
 
     def status(self, snapshot: Snapshot) -> TrainerStatus:
         """The upstream status of a snapshot."""
+        p = snapshot.progress
         metrics: list[KubeflowMetric] = []
-        if snapshot.step is not None:
-            metrics.append(KubeflowMetric("current_step", str(snapshot.step)))
-        if snapshot.total_steps is not None:
-            metrics.append(KubeflowMetric("total_steps", str(snapshot.total_steps)))
-        if snapshot.epoch is not None:
-            metrics.append(KubeflowMetric("current_epoch", _format(snapshot.epoch)))
-        if snapshot.total_epochs is not None:
-            metrics.append(KubeflowMetric("total_epochs", _format(snapshot.total_epochs)))
+        if p.step is not None:
+            metrics.append(KubeflowMetric("current_step", str(p.step)))
+        if p.total_steps is not None:
+            metrics.append(KubeflowMetric("total_steps", str(p.total_steps)))
+        if p.epoch is not None:
+            metrics.append(KubeflowMetric("current_epoch", _format(p.epoch)))
+        if p.total_epochs is not None:
+            metrics.append(KubeflowMetric("total_epochs", _format(p.total_epochs)))
         taken = {m.name for m in metrics}
         metrics.extend(KubeflowMetric(k, _format(v)) for k, v in self._latest.items() if k not in taken)
         percent: int | None = None
         remaining: int | None = None
         if snapshot.state == "finished":
             percent, remaining = 100, 0
-        elif snapshot.step is not None and snapshot.total_steps:
-            percent = min(100, max(0, int(100 * snapshot.step / snapshot.total_steps)))
-        elif snapshot.epoch is not None and snapshot.total_epochs:
-            percent = min(100, max(0, int(100 * snapshot.epoch / snapshot.total_epochs)))
-        if remaining is None and snapshot.eta_seconds is not None and math.isfinite(snapshot.eta_seconds):
-            remaining = max(0, round(snapshot.eta_seconds))
+        elif p.step is not None and p.total_steps:
+            percent = min(100, max(0, int(100 * p.step / p.total_steps)))
+        elif p.epoch is not None and p.total_epochs:
+            percent = min(100, max(0, int(100 * p.epoch / p.total_epochs)))
+        if remaining is None and p.eta_seconds is not None:
+            remaining = max(0, round(p.eta_seconds))
         return TrainerStatus(
             progress_percentage=percent,
             estimated_remaining_seconds=remaining,
