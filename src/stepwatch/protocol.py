@@ -103,8 +103,11 @@ class Limits:
 
 LIMITS: Final = Limits()
 
-_NAME_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME_RE: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_RUN_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]+")
+_RFC3339_RE: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
 
 
 class ProtocolError(ValueError):
@@ -127,7 +130,7 @@ class BodyTooLarge(ProtocolError):
 
 def is_valid_name(name: object) -> bool:
     """Whether ``name`` is a valid job or namespace name (a Kubernetes DNS-1123 label)."""
-    return isinstance(name, str) and len(name) <= LIMITS.max_name_length and bool(_NAME_RE.match(name))
+    return isinstance(name, str) and len(name) <= LIMITS.max_name_length and bool(_NAME_RE.fullmatch(name))
 
 
 def validate_name(name: object, field: str = "name") -> str:
@@ -156,6 +159,12 @@ def is_valid_metric_name(name: object) -> bool:
 
 def validate_metric_name(name: object, field: str = "name") -> str:
     """Return ``name`` if it is a valid metric name, else raise :class:`ProtocolError`."""
+    if not isinstance(name, str):
+        raise ProtocolError(
+            field,
+            f"a metric name must be a string of 1-{LIMITS.max_metric_name_length} printable characters, "
+            f"got {_show(name)}",
+        )
     if not is_valid_metric_name(name):
         raise ProtocolError(
             field,
@@ -166,7 +175,6 @@ def validate_metric_name(name: object, field: str = "name") -> str:
     return name
 
 
-_NONFINITE_OUT: Final = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _NONFINITE_IN: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -174,7 +182,9 @@ def encode_float(value: float) -> float | str:
     """A float as it travels: itself when finite, else ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
     if math.isfinite(value):
         return value
-    return _NONFINITE_OUT[repr(value)]
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
 
 
 def decode_float(value: object, field: str) -> float:
@@ -195,16 +205,29 @@ def format_rfc3339(timestamp: float) -> str:
 
 
 def parse_rfc3339(text: object, field: str = "time") -> float:
-    """Parse an RFC 3339 time (``Z`` or an offset, optional fraction) into a Unix time."""
-    if not isinstance(text, str) or len(text) > 64:
-        raise ProtocolError(field, f"must be an RFC 3339 time like 2026-12-02T15:04:05Z, got {_show(text)}")
-    normalized = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    """Parse an RFC 3339 time (``Z`` or an offset, optional fraction up to nanoseconds) into Unix time."""
+    match = _RFC3339_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ProtocolError(
+            field, f"must be an RFC 3339 time like 2026-12-02T15:04:05Z or ...05.123+02:00, got {_show(text)}"
+        )
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
+    offset = _dt.timedelta(0)
+    if not zulu:
+        offset = _dt.timedelta(hours=int(off_h), minutes=int(off_m)) * (1 if sign == "+" else -1)
     try:
-        moment = _dt.datetime.fromisoformat(normalized)
-    except ValueError:
-        raise ProtocolError(field, f"must be an RFC 3339 time like 2026-12-02T15:04:05Z, got {_show(text)}") from None
-    if moment.tzinfo is None or "T" not in text.upper():
-        raise ProtocolError(field, f"must be an RFC 3339 time with a time zone (Z or +hh:mm), got {_show(text)}")
+        moment = _dt.datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            min(int(second), 59),  # a leap second reads as :59
+            int((fraction or "0").ljust(6, "0")[:6]),
+            tzinfo=_dt.timezone(offset),
+        )
+    except ValueError as exc:
+        raise ProtocolError(field, f"must be a valid RFC 3339 time ({exc}), got {_show(text)}") from None
     return moment.timestamp()
 
 
@@ -234,6 +257,12 @@ class MetricWindow:
 
     def __post_init__(self) -> None:
         validate_metric_name(self.name)
+        if not isinstance(self.last, (int, float)) or isinstance(self.last, bool):
+            raise ProtocolError("last", f"must be a number, got {_show(self.last)}")
+        for name in ("min", "max", "mean"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise ProtocolError(name, f"must be a number or null, got {_show(value)}")
         _check_int(self.count, "count", minimum=1)
         _check_int(self.nonfinite, "nonfinite", minimum=0)
         if self.nonfinite > self.count:
@@ -287,6 +316,8 @@ class MetricWindow:
 
     def merge(self, newer: MetricWindow) -> MetricWindow:
         """One window covering this one and a newer one of the same metric."""
+        if newer.name != self.name:
+            raise ProtocolError("name", f"cannot merge a window of {newer.name!r} into one of {self.name!r}")
         finite_self = self.count - self.nonfinite
         finite_new = newer.count - newer.nonfinite
         finite = finite_self + finite_new
@@ -295,7 +326,8 @@ class MetricWindow:
             assert newer.min is not None and newer.max is not None and newer.mean is not None
             lo: float | None = min(self.min, newer.min)
             hi: float | None = max(self.max, newer.max)
-            mean: float | None = (self.mean * finite_self + newer.mean * finite_new) / finite
+            # a weighted step from the older mean: no overflow near the largest floats
+            mean: float | None = self.mean + (newer.mean - self.mean) * (finite_new / finite)
         else:
             source = self if finite_self else newer
             lo, hi, mean = source.min, source.max, source.mean
@@ -458,7 +490,7 @@ class Report:
     def __post_init__(self) -> None:
         _check_run_id(self.run_id, "run_id")
         _check_int(self.seq, "seq", minimum=0)
-        _check_optional_number(self.sent_at, "sent_at", minimum=0.0)
+        _check_number(self.sent_at, "sent_at", minimum=0.0)
         if self.state not in REPORT_STATES:
             raise ProtocolError("state", f"must be one of {', '.join(REPORT_STATES)}, got {_show(self.state)}")
         _check_str(self.reason, "reason", LIMITS.max_reason_length, allow_empty=True)
@@ -565,7 +597,7 @@ class KubeflowMetric:
     value: str
 
     def __post_init__(self) -> None:
-        _check_str(self.name, "name", LIMITS.max_metric_name_length)
+        validate_metric_name(self.name)
         _check_str(self.value, "value", LIMITS.max_metric_value_length)
 
 
@@ -637,6 +669,8 @@ def decode_body(body: bytes) -> Any:
         return json.loads(body, parse_constant=_NONFINITE_IN.__getitem__)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError("", f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("", "body nests too deeply to be a report") from None
 
 
 def report_path(namespace: str, job: str) -> str:
@@ -718,8 +752,11 @@ def _check_optional_int(value: object, field: str, minimum: int | None = None, m
 
 
 def _check_optional_number(value: object, field: str, minimum: float, strict: bool = False) -> None:
-    if value is None:
-        return
+    if value is not None:
+        _check_number(value, field, minimum, strict)
+
+
+def _check_number(value: object, field: str, minimum: float, strict: bool = False) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise ProtocolError(field, f"must be a number, got {_show(value)}")
     if not math.isfinite(value):
@@ -740,7 +777,7 @@ def _check_str(value: object, field: str, max_length: int, allow_empty: bool = F
 def _check_run_id(value: object, field: str) -> None:
     _check_str(value, field, LIMITS.max_run_id_length)
     assert isinstance(value, str)
-    if not _RUN_ID_RE.match(value):
+    if not _RUN_ID_RE.fullmatch(value):
         raise ProtocolError(field, f"must use only letters, digits, '.', '_' and '-', got {_show(value)}")
 
 
