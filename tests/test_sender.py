@@ -60,7 +60,7 @@ class Harness:
     def steps(self, n: int) -> None:
         for _ in range(n):
             self.step += 1
-            self.buffer.queue.append((self.step, {"loss": 1.0 / self.step}))
+            self.buffer.add(self.step, {"loss": 1.0 / self.step})
 
     def cycle(self, advance: float = 0.0) -> None:
         self.clock.now += advance
@@ -213,7 +213,7 @@ def test_large_reports_are_split_under_the_body_limit() -> None:
     wire = NativeWire("http://sw.test/r", "run1", Identity(), params)
     h = Harness(wire=wire)
     names = [f"metric/{i:03d}/" + "x" * 50 for i in range(LIMITS.max_metrics_per_report)]
-    h.buffer.queue.append((1, dict.fromkeys(names, 1.0 / 3.0)))
+    h.buffer.add(1, dict.fromkeys(names, 1.0 / 3.0))
     h.cycle()
     bodies = [r.body for r in h.transport.requests]
     assert len(bodies) > 1
@@ -254,7 +254,7 @@ def kubeflow(snapshot: Snapshot, metrics: dict[str, float] | None = None) -> Tra
     wire = KubeflowWire("http://kf.test/status")
     buffer = WindowBuffer()
     if metrics:
-        buffer.queue.append((snapshot.progress.step or 0, metrics))
+        buffer.add(snapshot.progress.step or 0, metrics)
     wire.collect(buffer.take(), snapshot)
     body = wire.pending()
     assert body is not None and len(body) <= LIMITS.max_body_bytes
@@ -297,9 +297,9 @@ def test_kubeflow_progress_from_epochs_and_unknown_totals() -> None:
 def test_kubeflow_keeps_the_latest_value_of_every_metric_within_the_limit() -> None:
     wire = KubeflowWire("http://kf.test/status")
     buffer = WindowBuffer()
-    buffer.queue.append((1, {f"m{i}": float(i) for i in range(300)}))
+    buffer.add(1, {f"m{i}": float(i) for i in range(300)})
     wire.collect(buffer.take(), Snapshot(1.7e9, Progress(step=1, total_steps=10)))
-    buffer.queue.append((2, {"m0": 42.0}))
+    buffer.add(2, {"m0": 42.0})
     wire.collect(buffer.take(), Snapshot(1.7e9, Progress(step=2, total_steps=10)))
     status = TrainerStatus.from_body(json.loads(wire.pending() or b""))
     assert len(status.metrics) <= LIMITS.max_metrics_per_report

@@ -45,7 +45,8 @@ def same(a: MetricWindow, b: MetricWindow) -> bool:
 
 
 def feed(buffer: WindowBuffer, entries: list[tuple[int, dict[str, Any]]]) -> dict[str, MetricWindow]:
-    buffer.queue.extend(entries)
+    for step, metrics in entries:
+        buffer.add(step, metrics)
     return {w.name: w for w in buffer.take()}
 
 
@@ -140,7 +141,8 @@ class FakeDeviceValue:
 def test_device_values_are_not_read_by_a_fold_on_the_training_thread() -> None:
     reads: list[float] = []
     buffer = WindowBuffer(series_cap=4)
-    buffer.queue.extend((i, {"loss": FakeDeviceValue(float(i), reads)}) for i in range(10))
+    for i in range(10):
+        buffer.add(i, {"loss": FakeDeviceValue(float(i), reads)})
     buffer.drain(on_training_thread=True)
     assert reads == []  # held by reference through two reductions
     window = {w.name: w for w in buffer.take()}["loss"]
@@ -151,7 +153,8 @@ def test_device_values_are_not_read_by_a_fold_on_the_training_thread() -> None:
 def test_held_device_values_are_bounded(caplog: pytest.LogCaptureFixture) -> None:
     reads: list[float] = []
     buffer = WindowBuffer(series_cap=4, max_held=6)
-    buffer.queue.extend((i, {"loss": FakeDeviceValue(float(i), reads)}) for i in range(20))
+    for i in range(20):
+        buffer.add(i, {"loss": FakeDeviceValue(float(i), reads)})
     buffer.drain(on_training_thread=True)
     window = {w.name: w for w in buffer.take()}["loss"]
     assert window.count == 6 + (20 % 4)  # the newest six held plus the unreduced tail
@@ -186,3 +189,9 @@ def test_mixed_python_and_tensor_values_keep_their_order() -> None:
     torch = pytest.importorskip("torch")
     windows = feed(WindowBuffer(), [(1, {"loss": torch.tensor(5.0)}), (2, {"loss": 1.0}), (3, {"loss": 2.0})])
     assert windows["loss"].last == 2.0 and windows["loss"].max == 5.0
+
+
+def test_the_hot_path_and_the_buffer_agree_on_where_the_step_travels() -> None:
+    from stepwatch import _run, _window
+
+    assert _run._STEP_KEY == _window.STEP_KEY and not isinstance(_window.STEP_KEY, str)

@@ -41,9 +41,12 @@ FinalState = Literal["finished", "failed", "stopped"]
 _MAX_REASON = 256
 """``LIMITS.max_reason_length``, repeated here so that ``import stepwatch`` needs no protocol."""
 _SOFT_QUEUE = 1024
-"""Queued entries past which the hot path wakes the sender early."""
-_HARD_QUEUE = 16384
+"""Queued entries past which the hot path wakes the sender early (at each multiple of it)."""
+_SOFT_MASK = _SOFT_QUEUE - 1
+_HARD_QUEUE = 16 * _SOFT_QUEUE
 """Queued entries past which the hot path folds inline (bounded memory if the sender starves)."""
+_STEP_KEY = 0
+"""Where a queued metrics dict keeps its step: an int, which no keyword argument can be."""
 
 
 class Run:
@@ -118,10 +121,14 @@ class Run:
                     return
             self._step = step
             if metrics and self._collect:
+                # The step travels inside the kwargs dict (a fresh dict of this call) under a key no
+                # keyword can have: no tuple per step, so the garbage collector is not woken up.
+                metrics[_STEP_KEY] = step  # type: ignore[index]
                 queue = self._queue
-                queue.append((step, metrics))
-                if len(queue) >= _SOFT_QUEUE:
-                    self._relieve(len(queue))
+                queue.append(metrics)
+                queued = len(queue)
+                if queued >= _SOFT_QUEUE and not queued & _SOFT_MASK:
+                    self._relieve(queued)
         except Exception as exc:  # the hot path never raises into the training loop
             self._warn_once("step", "stepwatch: step() failed and was skipped: %r", exc)
 
@@ -129,10 +136,12 @@ class Run:
         """Fold metrics (eval results, say) into the window at the current step, without moving it."""
         try:
             if metrics and self._collect:
+                metrics[_STEP_KEY] = self._step  # type: ignore[index]
                 queue = self._queue
-                queue.append((self._step, metrics))
-                if len(queue) >= _SOFT_QUEUE:
-                    self._relieve(len(queue))
+                queue.append(metrics)
+                queued = len(queue)
+                if queued >= _SOFT_QUEUE and not queued & _SOFT_MASK:
+                    self._relieve(queued)
         except Exception as exc:
             self._warn_once("log", "stepwatch: log() failed and was skipped: %r", exc)
 
@@ -155,9 +164,10 @@ class Run:
         return value
 
     def _relieve(self, queued: int) -> None:
+        """Called at every multiple of 1,024 queued entries: wake the sender, or fold here if starved."""
         if queued >= _HARD_QUEUE:
-            self._buffer.drain(on_training_thread=True)  # the sender is starved: fold here
-        elif queued % _SOFT_QUEUE == 0 and self._sender is not None:
+            self._buffer.drain(on_training_thread=True)
+        elif self._sender is not None:
             self._sender.wake()
 
     # ---------------------------------------------------------------------------------- the rest

@@ -1,6 +1,7 @@
 """Metric windows: the hot path's queue and the per-metric series the sender folds it into.
 
-The hot path only appends ``(step, metrics)`` to a deque (atomic under the GIL). Folding moves each
+The hot path only appends its keyword dict, with the step under the key ``0``, to a deque (atomic
+under the GIL). Folding moves each
 value into its metric's series (two list appends); reducing a series to last, min, max, mean,
 count, non-finite count and step range uses the C builtins ``sum``, ``min`` and ``max`` over whole
 lists, so per-value work stays a few dozen nanoseconds.
@@ -32,6 +33,8 @@ _log = logging.getLogger("stepwatch")
 
 _DEVICE_MODULES = frozenset({"torch", "jax", "jaxlib", "tensorflow", "cupy", "mlx"})
 _FOLD_CHUNK = 512
+STEP_KEY = 0
+"""The key under which a queued metrics dict carries its step (no keyword argument is an int)."""
 _FLOAT_ONLY = frozenset({float})
 
 
@@ -158,7 +161,8 @@ class WindowBuffer:
         series_cap: int = 4096,
         max_held: int = 4096,
     ) -> None:
-        self.queue: deque[tuple[int, dict[str, Any]]] = deque()
+        self.queue: deque[dict[Any, Any]] = deque()
+        """Keyword dicts of ``step()``/``log()``, each with its step under :data:`STEP_KEY`."""
         self.max_metrics = max_metrics
         self.series_cap = series_cap
         self.max_held = max_held
@@ -177,6 +181,10 @@ class WindowBuffer:
         self._series = {}
         self._appends = {}
 
+    def add(self, step: int, metrics: dict[str, Any]) -> None:
+        """Queue metrics at a step (the hot path of ``Run.step`` does the same inline)."""
+        self.queue.append({**metrics, STEP_KEY: step})
+
     def drain(self, on_training_thread: bool = False) -> None:
         """Fold everything queued so far into the current window."""
         queue = self.queue
@@ -187,9 +195,10 @@ class WindowBuffer:
                 appends = self._appends
                 for _ in range(_FOLD_CHUNK):
                     try:
-                        step, metrics = popleft()
+                        metrics = popleft()
                     except IndexError:
                         break
+                    step = metrics.pop(STEP_KEY, 0)
                     for name, value in metrics.items():
                         pair = appends.get(name)
                         if pair is None:

@@ -246,6 +246,7 @@ class ReportSink:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as the real server
+            disable_nagle_algorithm = True  # headers and body go out in two writes: no delayed-ACK stall
 
             def setup(self) -> None:
                 super().setup()

@@ -1,0 +1,173 @@
+"""Performance guards of the report core: ratios against a baseline measured in the same test.
+
+No test here compares with a fixed absolute time: the machines that run them are shared and noisy.
+The hot path is timed in batches of straight-line calls, alternated batch by batch with an empty
+method of the same signature, and compared by medians. The bounds are generous multiples of the
+targets (docs/performance.md has the figures and benchmarks/reporter_overhead.py the full benchmark).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import stepwatch
+from stepwatch.testing import ReportSink
+
+pytestmark = pytest.mark.perf
+
+CALLS = 100
+"""Calls per timed batch (one perf_counter_ns pair per batch)."""
+
+
+class _Empty:
+    """The baseline: an empty method with the signature of ``Run.step``."""
+
+    def step(self, step: int | None = None, **metrics: Any) -> None:
+        return None
+
+
+def _batch() -> Callable[..., int]:
+    body = "".join("    obj.step(loss=a, lr=b)\n" for _ in range(CALLS))
+    namespace: dict[str, Any] = {}
+    exec(f"def batch(obj, a, b, clock):\n    t0 = clock()\n{body}    return clock() - t0\n", namespace)
+    return namespace["batch"]
+
+
+def _medians(run: stepwatch.Run, a: Any, b: Any, rounds: int = 5, batches: int = 300) -> tuple[float, float]:
+    """Per-call medians (ns) of ``run.step(loss=a, lr=b)`` and of the empty method, interleaved."""
+    batch = _batch()
+    empty = _Empty()
+    clock = time.perf_counter_ns
+    for _ in range(100):  # warm-up
+        batch(run, a, b, clock)
+        batch(empty, a, b, clock)
+    on_run: list[float] = []
+    on_empty: list[float] = []
+    for r in range(rounds):
+        for j in range(batches):
+            if (j + r) & 1:
+                on_run.append(batch(run, a, b, clock) / CALLS)
+                on_empty.append(batch(empty, a, b, clock) / CALLS)
+            else:
+                on_empty.append(batch(empty, a, b, clock) / CALLS)
+                on_run.append(batch(run, a, b, clock) / CALLS)
+    return statistics.median(on_run), statistics.median(on_empty)
+
+
+@pytest.fixture
+def sink() -> Any:
+    with ReportSink() as s:
+        yield s
+
+
+def test_step_with_floats_costs_at_most_8x_an_empty_call(sink: ReportSink) -> None:
+    run = stepwatch.init(job="perf-float", url=sink.url, interval=2.0)
+    try:
+        assert run.mode == "native"
+        on_run, on_empty = _medians(run, 0.5, 0.001)
+    finally:
+        run.finish()
+    ratio = on_run / on_empty
+    assert ratio <= 8.0, f"run.step {on_run:.0f} ns vs empty {on_empty:.0f} ns per call: {ratio:.1f}x (target 5x)"
+
+
+@pytest.mark.torch
+def test_step_with_a_tensor_costs_at_most_20x_an_empty_call(sink: ReportSink) -> None:
+    torch = pytest.importorskip("torch")
+    run = stepwatch.init(job="perf-tensor", url=sink.url, interval=2.0)
+    try:
+        on_run, on_empty = _medians(run, torch.tensor(0.5), 0.001)
+    finally:
+        run.finish()
+    ratio = on_run / on_empty
+    assert ratio <= 20.0, f"run.step(tensor) {on_run:.0f} ns vs empty {on_empty:.0f} ns per call: {ratio:.1f}x"
+
+
+_MEMORY_CHILD = textwrap.dedent(
+    """
+    import gc, json, sys, time
+    import stepwatch
+
+    def rss_kb():
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+
+    url, steps = sys.argv[1], int(sys.argv[2])
+    run = stepwatch.init(job="perf-memory", url=url)  # the default interval
+    for i in range(5000):  # warm-up: lazy imports, the first report
+        run.step(m0=1.0 / (i + 1), m1=0.001, m2=i * 0.5, m3=-1.0 / (i + 1), m4=2.0)
+    time.sleep(0.1)
+    gc.collect()
+    before = rss_kb()
+    for i in range(5000, steps):
+        run.step(m0=1.0 / (i + 1), m1=0.001, m2=i * 0.5, m3=-1.0 / (i + 1), m4=2.0)
+    gc.collect()
+    after = rss_kb()
+    delivered = run.finish()
+    print(json.dumps({"before": before, "after": after, "run_id": run.run_id, "delivered": delivered}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_200k_steps_grow_rss_by_less_than_20mb_and_every_value_arrives(sink: ReportSink) -> None:
+    steps = 200_000
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEMORY_CHILD, sink.url, str(steps)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    growth_mb = (out["after"] - out["before"]) / 1024
+    assert growth_mb < 20, f"RSS grew by {growth_mb:.1f} MB over {steps:,} steps (target < 5 MB)"
+    assert out["delivered"]
+    for name in ("m0", "m1", "m2", "m3", "m4"):
+        counts = [m.count for r in sink.reports if r.run_id == out["run_id"] for m in r.metrics if m.name == name]
+        assert sum(counts) == steps, f"{name}: {sum(counts)} of {steps} values counted at the sink"
+
+
+_LIST_NEW_MODULES = (
+    "import sys; before = set(sys.modules); import stepwatch; "
+    "new = sorted(set(sys.modules) - before); print('\\n'.join(new))"
+)
+
+
+def test_import_loads_only_the_stdlib_and_is_cheap() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIST_NEW_MODULES], capture_output=True, text=True, timeout=60, check=True
+    )
+    new = proc.stdout.split()
+    assert "stepwatch" in new
+    stdlib = set(sys.stdlib_module_names)
+    third_party = [m for m in new if m.partition(".")[0] not in stdlib and m.partition(".")[0] != "stepwatch"]
+    assert third_party == [], f"import stepwatch loads non-stdlib modules: {third_party}"
+
+    def wall_ms(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=True)
+        return (time.perf_counter() - t0) * 1000
+
+    wall_ms("import stepwatch")  # warm the page cache
+    diffs = []
+    for k in range(7):
+        if k & 1:
+            with_import, bare = wall_ms("import stepwatch"), wall_ms("pass")
+        else:
+            bare, with_import = wall_ms("pass"), wall_ms("import stepwatch")
+        diffs.append(with_import - bare)
+    cost = statistics.median(diffs)
+    assert cost < 150, f"import stepwatch costs {cost:.0f} ms over a bare interpreter (target < 50 ms)"
