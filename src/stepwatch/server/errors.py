@@ -1,0 +1,71 @@
+"""The one error shape of the server: a Kubernetes ``Status`` object, for every error of every route.
+
+Kubeflow Trainer's status endpoint answers errors this way, so upstream clients understand ours; the
+native API uses the same shape so that one parser serves every client::
+
+    {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound",
+     "message": "job default/x not found", "details": {"field": "..."}}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+__all__ = ["REASONS", "ApiError", "error_body", "error_response"]
+
+REASONS: dict[int, str] = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "AlreadyExists",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client with its status code, a precise message and the field at fault."""
+
+    def __init__(self, code: int, message: str, field: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+
+def error_body(code: int, message: str, field: str | None = None) -> dict[str, Any]:
+    """The JSON body of an error."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": REASONS.get(code, "Unknown"),
+        "message": message,
+    }
+    if field:
+        body["details"] = {"field": field}
+    return body
+
+
+def error_response(
+    code: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """An error as a response."""
+    return JSONResponse(error_body(code, message, field), status_code=code, headers=headers)
+
+
+async def handle_api_error(request: Request, exc: Exception) -> JSONResponse:
+    """Exception handler for :class:`ApiError`."""
+    assert isinstance(exc, ApiError)
+    return error_response(exc.code, exc.message, exc.field, exc.headers)

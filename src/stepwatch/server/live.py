@@ -1,0 +1,106 @@
+"""Live updates: an in-process broadcaster behind ``GET /api/v1/events`` (server-sent events).
+
+Every change (a job's new state or progress, new metric points, events) is published once with a
+growing id; each subscriber has a bounded queue (a slow reader loses its oldest updates and is told
+so with a ``resync`` message, instead of holding memory); a reconnecting client sends
+``Last-Event-ID`` and gets what it missed from a ring of recent updates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Broadcaster", "Update"]
+
+
+@dataclass(frozen=True)
+class Update:
+    """One message of the stream: ``kind`` is ``job``, ``points`` or ``event``."""
+
+    id: int
+    kind: str
+    namespace: str
+    name: str
+    data: dict[str, Any]
+
+    def sse(self) -> str:
+        """The update as a server-sent event."""
+        payload = json.dumps({"namespace": self.namespace, "name": self.name, **self.data}, separators=(",", ":"))
+        return f"id: {self.id}\nevent: {self.kind}\ndata: {payload}\n\n"
+
+
+class _Subscriber:
+    def __init__(self, namespace: str | None, name: str | None, size: int) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.queue: deque[Update] = deque(maxlen=size)
+        self.lost = False
+        self.ready = asyncio.Event()
+
+    def wants(self, update: Update) -> bool:
+        return (self.namespace is None or update.namespace == self.namespace) and (
+            self.name is None or update.name == self.name
+        )
+
+
+class Broadcaster:
+    """Publishes updates to every interested subscriber, without ever blocking the publisher."""
+
+    def __init__(self, history: int = 2048, queue_size: int = 1024, heartbeat: float = 15.0) -> None:
+        self._ids = itertools.count(1)
+        self._recent: deque[Update] = deque(maxlen=history)
+        self._subscribers: set[_Subscriber] = set()
+        self._queue_size = queue_size
+        self.heartbeat = heartbeat
+
+    def publish(self, kind: str, namespace: str, name: str, data: dict[str, Any]) -> Update:
+        """Send an update to the subscribers that want it (call from the event loop)."""
+        update = Update(next(self._ids), kind, namespace, name, data)
+        self._recent.append(update)
+        for sub in self._subscribers:
+            if sub.wants(update):
+                if len(sub.queue) == sub.queue.maxlen:
+                    sub.lost = True
+                sub.queue.append(update)
+                sub.ready.set()
+        return update
+
+    @property
+    def subscribers(self) -> int:
+        """How many streams are open."""
+        return len(self._subscribers)
+
+    async def stream(
+        self, namespace: str | None = None, name: str | None = None, last_event_id: int | None = None
+    ) -> AsyncIterator[str]:
+        """Server-sent events for one client: missed updates first, then live ones, with heartbeats."""
+        sub = _Subscriber(namespace, name, self._queue_size)
+        self._subscribers.add(sub)
+        try:
+            yield "retry: 2000\n\n"
+            if last_event_id is not None:
+                missed = [u for u in self._recent if u.id > last_event_id and sub.wants(u)]
+                if self._recent and self._recent[0].id > last_event_id + 1:
+                    yield 'event: resync\ndata: {"reason":"updates were missed; read the state again"}\n\n'
+                for update in missed:
+                    yield update.sse()
+            while True:
+                try:
+                    await asyncio.wait_for(sub.ready.wait(), timeout=self.heartbeat)
+                except asyncio.TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                sub.ready.clear()
+                if sub.lost:
+                    sub.lost = False
+                    yield 'event: resync\ndata: {"reason":"this client was too slow; read the state again"}\n\n'
+                while sub.queue:
+                    yield sub.queue.popleft().sse()
+        finally:
+            self._subscribers.discard(sub)

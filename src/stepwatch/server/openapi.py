@@ -1,0 +1,346 @@
+"""The OpenAPI 3.1 description of the server's API, served at ``/openapi.json`` and shown at ``/docs``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol import API_VERSION, COMMAND_KINDS, LIMITS, REPORT_STATES
+
+__all__ = ["openapi_document"]
+
+_NUMBER_OR_NONFINITE = {"oneOf": [{"type": "number"}, {"enum": ["NaN", "Infinity", "-Infinity"]}]}
+_NAME = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": LIMITS.max_name_length}
+_METRIC_NAME = {"type": "string", "minLength": 1, "maxLength": LIMITS.max_metric_name_length}
+
+_SCHEMAS: dict[str, Any] = {
+    "Status": {
+        "type": "object",
+        "description": "Every error, as a Kubernetes Status object.",
+        "properties": {
+            "kind": {"const": "Status"},
+            "apiVersion": {"const": "v1"},
+            "status": {"const": "Failure"},
+            "code": {"type": "integer"},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "details": {"type": "object", "properties": {"field": {"type": "string"}}},
+        },
+        "required": ["kind", "code", "reason", "message"],
+    },
+    "MetricWindow": {
+        "type": "object",
+        "properties": {
+            "name": _METRIC_NAME,
+            "last": _NUMBER_OR_NONFINITE,
+            "min": {"type": ["number", "null"]},
+            "max": {"type": ["number", "null"]},
+            "mean": {"type": ["number", "null"]},
+            "count": {"type": "integer", "minimum": 1},
+            "nonfinite": {"type": "integer", "minimum": 0},
+            "first_step": {"type": "integer", "minimum": 0},
+            "last_step": {"type": "integer", "minimum": 0},
+        },
+        "required": ["name", "last", "count", "first_step", "last_step"],
+    },
+    "Report": {
+        "type": "object",
+        "description": "One rank's report: a window of metric aggregates since its previous report.",
+        "properties": {
+            "api_version": {"const": API_VERSION},
+            "run_id": {"type": "string", "maxLength": LIMITS.max_run_id_length},
+            "seq": {"type": "integer", "minimum": 0},
+            "sent_at": {"type": "number"},
+            "state": {"enum": list(REPORT_STATES)},
+            "reason": {"type": "string", "maxLength": LIMITS.max_reason_length},
+            "identity": {
+                "type": "object",
+                "properties": {
+                    "rank": {"type": "integer", "minimum": 0},
+                    "world_size": {"type": "integer", "minimum": 1},
+                    "local_rank": {"type": "integer", "minimum": 0},
+                    "host": {"type": "string"},
+                    "pid": {"type": "integer"},
+                },
+            },
+            "progress": {
+                "type": "object",
+                "properties": {
+                    k: {"type": "number", "minimum": 0}
+                    for k in (
+                        "step",
+                        "total_steps",
+                        "epoch",
+                        "total_epochs",
+                        "samples",
+                        "steps_per_second",
+                        "samples_per_second",
+                        "step_time",
+                        "eta_seconds",
+                    )
+                },
+            },
+            "metrics": {
+                "type": "array",
+                "maxItems": LIMITS.max_metrics_per_report,
+                "items": {"$ref": "#/components/schemas/MetricWindow"},
+            },
+            "params": {"type": "object", "maxProperties": LIMITS.max_params},
+            "acks": {"type": "array", "items": {"type": "string"}, "maxItems": LIMITS.max_acks},
+        },
+        "required": ["run_id", "seq", "sent_at"],
+    },
+    "Command": {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "kind": {"enum": list(COMMAND_KINDS)}, "reason": {"type": "string"}},
+        "required": ["id", "kind"],
+    },
+    "ReportResponse": {
+        "type": "object",
+        "properties": {
+            "accepted_seq": {"type": "integer"},
+            "commands": {"type": "array", "items": {"$ref": "#/components/schemas/Command"}},
+        },
+    },
+    "TrainerStatusBody": {
+        "type": "object",
+        "description": "KEP-2779: each POST replaces the whole trainerStatus; stepwatch also keeps it as history.",
+        "properties": {
+            "trainerStatus": {
+                "type": "object",
+                "properties": {
+                    "progressPercentage": {"type": "integer", "minimum": 0, "maximum": 100},
+                    "estimatedRemainingSeconds": {"type": "integer", "minimum": 0},
+                    "metrics": {
+                        "type": "array",
+                        "maxItems": LIMITS.max_metrics_per_report,
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "name": _METRIC_NAME,
+                                "value": {
+                                    "type": "string",
+                                    "minLength": 1,
+                                    "maxLength": LIMITS.max_metric_value_length,
+                                },
+                            },
+                            "required": ["name", "value"],
+                        },
+                    },
+                    "lastUpdatedTime": {"type": "string", "format": "date-time"},
+                },
+            }
+        },
+        "required": ["trainerStatus"],
+    },
+    "Registration": {
+        "type": "object",
+        "properties": {
+            "name": _NAME,
+            "total_steps": {"type": "integer", "minimum": 1},
+            "total_epochs": {"type": "number", "minimum": 0},
+            "params": {"type": "object"},
+            "gpus": {"type": "number", "minimum": 0},
+            "gpu_hour_cost": {"type": "number", "minimum": 0},
+            "source": {"enum": ["native", "runner", "kubeflow"]},
+        },
+        "required": ["name"],
+    },
+    "Job": {"type": "object", "description": "A job with its derived progress, ETA and last metrics."},
+    "JobList": {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}},
+            "total": {"type": "integer"},
+        },
+    },
+    "StateChange": {
+        "type": "object",
+        "properties": {
+            "state": {"enum": ["running", "finished", "failed", "stopped"]},
+            "exit_code": {"type": "integer"},
+            "reason": {"type": "string"},
+        },
+        "required": ["state"],
+    },
+    "CommandRequest": {
+        "type": "object",
+        "properties": {"kind": {"enum": list(COMMAND_KINDS)}, "reason": {"type": "string"}},
+        "required": ["kind"],
+    },
+}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {
+        str(code): {
+            "description": "error",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}},
+        }
+        for code in codes
+    }
+
+
+def _ok(schema: str, code: int = 200, description: str = "OK") -> dict[str, Any]:
+    return {
+        str(code): {
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
+
+
+def _body(schema: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
+def _path(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": _NAME}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+_NS = [_path("namespace")]
+_JOB = [_path("namespace"), _path("name")]
+_BEARER: list[dict[str, list[str]]] = [{"jobToken": []}]
+_LIST_QUERY = [
+    _query("namespace", _NAME, "only this namespace"),
+    _query("state", {"type": "string"}, "comma-separated states"),
+    _query("text", {"type": "string"}, "part of the name or namespace"),
+    _query("min_progress", {"type": "number", "minimum": 0, "maximum": 100}, "percent"),
+    _query("max_progress", {"type": "number", "minimum": 0, "maximum": 100}, "percent"),
+    _query(
+        "sort",
+        {"type": "string"},
+        "name, namespace, state, progress, step, created, updated or eta; '-' first for descending",
+    ),
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "page size"),
+    _query("offset", {"type": "integer", "minimum": 0}, "page start"),
+    _query("all_attempts", {"type": "boolean"}, "every attempt, not only the latest"),
+]
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """The whole document."""
+    paths: dict[str, Any] = {
+        "/api/v1/jobs": {
+            "get": {"summary": "List jobs", "parameters": _LIST_QUERY, "responses": {**_ok("JobList"), **_errors(400)}}
+        },
+        "/api/v1/namespaces/{namespace}/jobs": {
+            "get": {
+                "summary": "List the jobs of a namespace",
+                "parameters": _NS + _LIST_QUERY[1:],
+                "responses": {**_ok("JobList"), **_errors(400, 404)},
+            },
+            "post": {
+                "summary": "Register a job (or a new attempt of a finished one); returns its write token",
+                "parameters": _NS,
+                "requestBody": _body("Registration"),
+                "responses": {
+                    "201": {"description": "registered: {job, token}"},
+                    **_errors(404, 409, 413, 422, 503),
+                },
+            },
+        },
+        "/api/v1/namespaces/{namespace}/jobs/{name}": {
+            "get": {
+                "summary": "Get a job",
+                "parameters": [*_JOB, _query("attempt", {"type": "integer", "minimum": 1}, "an earlier attempt")],
+                "responses": {**_ok("Job"), **_errors(404)},
+            }
+        },
+        "/api/v1/namespaces/{namespace}/jobs/{name}/reports": {
+            "post": {
+                "summary": "Report (training process): one rank's window of metrics; answers pending commands",
+                "parameters": _JOB,
+                "security": _BEARER,
+                "requestBody": _body("Report"),
+                "responses": {**_ok("ReportResponse"), **_errors(403, 404, 413, 422, 503)},
+            }
+        },
+        "/api/v1/namespaces/{namespace}/jobs/{name}/history": {
+            "get": {
+                "summary": "Metric history, downsampled keeping minima, maxima and non-finite points",
+                "parameters": [
+                    *_JOB,
+                    _query("metrics", {"type": "string"}, "comma-separated metric names (default: all)"),
+                    _query("max_points", {"type": "integer", "minimum": 2, "maximum": 10000}, "points per metric"),
+                ],
+                "responses": {"200": {"description": "{metrics: {name: [points]}}"}, **_errors(400, 404)},
+            }
+        },
+        "/api/v1/namespaces/{namespace}/jobs/{name}/events": {
+            "get": {
+                "summary": "Events of a job",
+                "parameters": [
+                    *_JOB,
+                    _query("after", {"type": "integer"}, "event id"),
+                    _query("limit", {"type": "integer"}, "at most"),
+                ],
+                "responses": {"200": {"description": "{items: [events]}"}, **_errors(400, 404)},
+            }
+        },
+        "/api/v1/namespaces/{namespace}/jobs/{name}/commands": {
+            "get": {
+                "summary": "Commands not yet acknowledged",
+                "parameters": _JOB,
+                "responses": {"200": {"description": "{items}"}, **_errors(404)},
+            },
+            "post": {
+                "summary": "Ask the job to checkpoint or stop",
+                "parameters": _JOB,
+                "requestBody": _body("CommandRequest"),
+                "responses": {**_ok("Command", 201, "queued"), **_errors(404, 409, 422)},
+            },
+        },
+        "/api/v1/namespaces/{namespace}/jobs/{name}/state": {
+            "post": {
+                "summary": "Record how the job's process ended (the local runner)",
+                "parameters": _JOB,
+                "security": _BEARER,
+                "requestBody": _body("StateChange"),
+                "responses": {**_ok("Job"), **_errors(403, 404, 422)},
+            }
+        },
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status": {
+            "post": {
+                "summary": "Kubeflow Trainer progress (KEP-2779), for upstream clients; echoes the payload",
+                "parameters": _JOB,
+                "security": _BEARER,
+                "requestBody": _body("TrainerStatusBody"),
+                "responses": {**_ok("TrainerStatusBody"), **_errors(403, 404, 413, 422, 503)},
+            }
+        },
+        "/api/v1/events": {
+            "get": {
+                "summary": "Live updates (server-sent events: job, points, event); resumes from Last-Event-ID",
+                "parameters": [
+                    _query("namespace", _NAME, "only this namespace"),
+                    _query("job", _NAME, "only this job"),
+                ],
+                "responses": {"200": {"description": "text/event-stream"}, **_errors(400, 404)},
+            }
+        },
+        "/api/v1/version": {
+            "get": {"summary": "Server and API version", "responses": {"200": {"description": "versions"}}}
+        },
+        "/healthz": {"get": {"summary": "Liveness and basic counters", "responses": {"200": {"description": "ok"}}}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "stepwatch",
+            "version": version,
+            "description": (
+                "Live progress, ETA, health and cost of training jobs. Errors are Kubernetes Status objects."
+            ),
+        },
+        "paths": paths,
+        "components": {
+            "schemas": _SCHEMAS,
+            "securitySchemes": {
+                "jobToken": {"type": "http", "scheme": "bearer", "description": "the job's write token"}
+            },
+        },
+    }

@@ -1,0 +1,110 @@
+"""What every route needs: the app's services, bounded body reading, token checks, names."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
+from ..errors import ApiError
+from ..live import Broadcaster
+from ..store import Job, Store, StoreError
+
+__all__ = ["Services", "authorize", "blocking", "hash_token", "read_json", "require_job", "services"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    """The app's collaborators, kept in ``app.state.services``."""
+
+    store: Store
+    live: Broadcaster
+    clock: Callable[[], float] = time.time
+    stats: dict[str, int] = field(default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0})
+
+
+def services(request: Request) -> Services:
+    """The services of the app serving this request."""
+    found: Services = request.app.state.services
+    return found
+
+
+async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a store call in a worker thread; a store failure becomes 503 (the server stays up)."""
+    try:
+        return await run_in_threadpool(fn, *args, **kwargs)
+    except StoreError as exc:
+        raise ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"}) from None
+
+
+def hash_token(token: str) -> str:
+    """How tokens are stored: SHA-256, never the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any:
+    """The request body as JSON, read at most ``limit`` bytes far (413 beyond, 422 when malformed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            too_big = int(declared) > limit
+        except ValueError:
+            raise ApiError(400, f"Content-Length is not a number: {declared[:40]!r}") from None
+        if too_big:
+            raise ApiError(413, f"body is {declared} bytes; the limit is {limit} bytes (64 KiB)")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"body is over the limit of {limit} bytes (64 KiB)")
+    try:
+        return decode_body(bytes(body))
+    except BodyTooLarge as exc:
+        raise ApiError(413, exc.message) from None
+    except ProtocolError as exc:
+        raise ApiError(422, exc.message, exc.field or None) from None
+
+
+def check_name(value: str, what: str) -> str:
+    """A job or namespace name from a path: 404 when it cannot exist."""
+    if not is_valid_name(value):
+        raise ApiError(
+            404,
+            f"no {what} named {value[:80]!r}: names are Kubernetes names (lowercase letters, digits and '-', "
+            "at most 63)",
+        )
+    return value
+
+
+async def require_job(request: Request, namespace: str, name: str) -> Job:
+    """The latest attempt of the job named in the path, or 404."""
+    check_name(namespace, "namespace")
+    check_name(name, "job")
+    job = await blocking(services(request).store.job, namespace, name)
+    if job is None:
+        raise ApiError(
+            404,
+            f"job {namespace}/{name} not found; register it first (POST /api/v1/namespaces/"
+            f"{namespace}/jobs) or start it with `stepwatch run`",
+        )
+    return job
+
+
+async def authorize(request: Request, job: Job) -> None:
+    """403 unless the request carries the job's own write token."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(403, f"a bearer token is required to write to job {job.key}")
+    expected = await blocking(services(request).store.token_hash, job.id)
+    if not hmac.compare_digest(hash_token(token.strip()), expected):
+        raise ApiError(403, f"this token cannot write to job {job.key}")

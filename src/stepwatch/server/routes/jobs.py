@@ -1,0 +1,261 @@
+"""Jobs: register, list, get, history, events, commands, and the runner's record of how a job ended."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ...protocol import COMMAND_KINDS, LIMITS, is_valid_metric_name
+from ..errors import ApiError
+from ..history import downsampled
+from ..store import JOB_STATES, SORT_KEYS, Event, JobFilter
+from ..views import job_view
+from .common import authorize, blocking, check_name, hash_token, read_json, require_job, services
+
+__all__ = ["routes"]
+
+MAX_LIST = 10_000
+MAX_POINTS = 10_000
+
+
+async def register(request: Request) -> JSONResponse:
+    """``POST /api/v1/namespaces/{namespace}/jobs``: a new job (or a new attempt) and its write token."""
+    namespace = check_name(request.path_params["namespace"], "namespace")
+    body = _object(await read_json(request))
+    name = body.get("name")
+    if not isinstance(name, str):
+        raise ApiError(422, "name is required: a Kubernetes name (lowercase letters, digits and '-')", "name")
+    check_name(name, "job")
+    fields: dict[str, Any] = {
+        "total_steps": _optional_int(body, "total_steps", minimum=1),
+        "total_epochs": _optional_number(body, "total_epochs", minimum=0.0),
+        "gpus": _optional_number(body, "gpus", minimum=0.0) or 0.0,
+        "gpu_hour_cost": _optional_number(body, "gpu_hour_cost", minimum=0.0) or 0.0,
+        "source": _choice(body, "source", ("native", "runner", "kubeflow"), "native"),
+    }
+    params = body.get("params")
+    if params is not None and not isinstance(params, dict):
+        raise ApiError(422, "params must be an object", "params")
+    token = secrets.token_urlsafe(32)
+    svc = services(request)
+    try:
+        job = await blocking(
+            svc.store.register, namespace, name, token_hash=hash_token(token), now=svc.clock(), params=params, **fields
+        )
+    except KeyError:
+        current = await blocking(svc.store.job, namespace, name)
+        raise ApiError(
+            409,
+            f"job {namespace}/{name} is {current.state if current else 'live'} (attempt "
+            f"{current.attempt if current else '?'}): stop it or pick another name; a new attempt starts once it "
+            "has ended",
+            "name",
+        ) from None
+    view = job_view(job, svc.clock())
+    svc.live.publish("job", namespace, name, {"job": view})
+    return JSONResponse({"job": view, "token": token}, status_code=201)
+
+
+async def list_jobs(request: Request) -> JSONResponse:
+    """``GET /api/v1/jobs`` and ``GET /api/v1/namespaces/{namespace}/jobs``: filter, sort, page."""
+    q = request.query_params
+    namespace = request.path_params.get("namespace") or q.get("namespace") or None
+    states = [s for s in q.get("state", "").split(",") if s]
+    for state in states:
+        if state not in JOB_STATES:
+            raise ApiError(400, f"state must be among {', '.join(JOB_STATES)}, got {state[:40]!r}", "state")
+    health = q.get("health")
+    if health not in (None, "", "unknown"):
+        raise ApiError(400, "health is not analysed by this server yet: every job's health is 'unknown'", "health")
+    raw_sort = q.get("sort") or "-updated"
+    descending = raw_sort.startswith("-")
+    sort = raw_sort.removeprefix("-")
+    if sort not in SORT_KEYS:
+        raise ApiError(400, f"sort must be one of {', '.join(SORT_KEYS)}, '-' first for descending", "sort")
+    where = JobFilter(
+        namespace=namespace,
+        state=states,
+        text=(q.get("text") or None),
+        min_progress=_query_number(q.get("min_progress"), "min_progress", 0, 100),
+        max_progress=_query_number(q.get("max_progress"), "max_progress", 0, 100),
+        all_attempts=q.get("all_attempts", "") in ("1", "true", "yes"),
+        sort=sort,
+        descending=descending,
+        limit=int(_query_number(q.get("limit"), "limit", 1, MAX_LIST) or 1000),
+        offset=int(_query_number(q.get("offset"), "offset", 0, math.inf) or 0),
+    )
+    svc = services(request)
+    jobs = await blocking(svc.store.jobs, where)
+    total = await blocking(svc.store.count_jobs, where)
+    now = svc.clock()
+    return JSONResponse({"items": [job_view(j, now) for j in jobs], "total": total})
+
+
+async def get_job(request: Request) -> JSONResponse:
+    """``GET /api/v1/namespaces/{namespace}/jobs/{name}`` (``?attempt=N`` for an earlier attempt)."""
+    svc = services(request)
+    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    attempt = request.query_params.get("attempt")
+    if attempt is not None:
+        number = int(_query_number(attempt, "attempt", 1, math.inf) or 1)
+        found = await blocking(svc.store.job, job.namespace, job.name, number)
+        if found is None:
+            raise ApiError(404, f"job {job.key} has no attempt {number} (latest: {job.attempt})", "attempt")
+        job = found
+    view = job_view(job, svc.clock())
+    view["metric_names"] = await blocking(svc.store.metric_names, job.id)
+    view["pending_commands"] = [c.to_dict() for c in await blocking(svc.store.pending_commands, job.id)]
+    return JSONResponse(view)
+
+
+async def history(request: Request) -> JSONResponse:
+    """``GET .../jobs/{name}/history?metrics=loss,eval_loss&max_points=1000``: downsampled series."""
+    svc = services(request)
+    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    q = request.query_params
+    max_points = int(_query_number(q.get("max_points"), "max_points", 2, MAX_POINTS) or 1000)
+    names = [n for n in q.get("metrics", "").split(",") if n]
+    for name in names:
+        if not is_valid_metric_name(name):
+            raise ApiError(400, f"metric names are 1-64 printable characters, got {name[:80]!r}", "metrics")
+    if not names:
+        names = await blocking(svc.store.metric_names, job.id)
+    series: dict[str, Any] = {}
+    for name in names[: LIMITS.max_metrics_per_report]:
+        points = await blocking(svc.store.series, job.id, name)
+        series[name] = await blocking(downsampled, points, max_points)
+    return JSONResponse({"namespace": job.namespace, "name": job.name, "attempt": job.attempt, "metrics": series})
+
+
+async def events(request: Request) -> JSONResponse:
+    """``GET .../jobs/{name}/events?after=ID&limit=N``: what happened to a job, oldest first."""
+    svc = services(request)
+    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    q = request.query_params
+    after = int(_query_number(q.get("after"), "after", 0, math.inf) or 0)
+    limit = int(_query_number(q.get("limit"), "limit", 1, 1000) or 100)
+    found = await blocking(svc.store.events, job_id=job.id, after=after, limit=limit)
+    return JSONResponse({"items": [event_view(e) for e in found]})
+
+
+def event_view(event: Event) -> dict[str, Any]:
+    """The JSON object of an event."""
+    return {
+        "id": event.id,
+        "namespace": event.namespace,
+        "name": event.name,
+        "t": event.t,
+        "kind": event.kind,
+        "message": event.message,
+        "data": event.data,
+    }
+
+
+async def add_command(request: Request) -> JSONResponse:
+    """``POST .../jobs/{name}/commands`` ``{"kind": "stop"|"checkpoint", "reason": "..."}``."""
+    svc = services(request)
+    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    body = _object(await read_json(request))
+    kind = _choice(body, "kind", COMMAND_KINDS, None)
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > LIMITS.max_reason_length:
+        raise ApiError(422, f"reason must be a string of at most {LIMITS.max_reason_length} characters", "reason")
+    if job.state in ("finished", "failed", "stopped"):
+        raise ApiError(409, f"job {job.key} has already {job.state}: there is nothing to {kind}", "kind")
+    command = await blocking(svc.store.add_command, job, kind, reason, svc.clock())
+    svc.live.publish("event", job.namespace, job.name, {"kind": "command", "command": command.to_dict()})
+    return JSONResponse(command.to_dict(), status_code=201)
+
+
+async def list_commands(request: Request) -> JSONResponse:
+    """``GET .../jobs/{name}/commands``: commands the job has not acknowledged yet."""
+    svc = services(request)
+    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    return JSONResponse({"items": [c.to_dict() for c in await blocking(svc.store.pending_commands, job.id)]})
+
+
+async def set_state(request: Request) -> JSONResponse:
+    """``POST .../jobs/{name}/state`` (job token): the runner records how the process ended."""
+    svc = services(request)
+    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    await authorize(request, job)
+    body = _object(await read_json(request))
+    state = _choice(body, "state", ("running", "finished", "failed", "stopped"), None)
+    exit_code = body.get("exit_code")
+    if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
+        raise ApiError(422, "exit_code must be an integer", "exit_code")
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > LIMITS.max_reason_length:
+        raise ApiError(422, f"reason must be a string of at most {LIMITS.max_reason_length} characters", "reason")
+    before = job.state
+    job = await blocking(svc.store.set_state, job, state, svc.clock(), reason, exit_code)
+    view = job_view(job, svc.clock())
+    svc.live.publish("job", job.namespace, job.name, {"job": view})
+    if job.state != before:
+        svc.live.publish("event", job.namespace, job.name, {"kind": job.state, "message": reason or job.state})
+    return JSONResponse(view)
+
+
+# ----------------------------------------------------------------------------------------- parsing
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(422, f"the body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _optional_int(body: dict[str, Any], key: str, minimum: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ApiError(422, f"{key} must be an integer >= {minimum}, got {str(value)[:40]!r}", key)
+    return value
+
+
+def _optional_number(body: dict[str, Any], key: str, minimum: float) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < minimum:
+        raise ApiError(422, f"{key} must be a finite number >= {minimum:g}, got {str(value)[:40]!r}", key)
+    return float(value)
+
+
+def _choice(body: dict[str, Any], key: str, allowed: tuple[str, ...], default: str | None) -> str:
+    value = body.get(key, default)
+    if value not in allowed:
+        raise ApiError(422, f"{key} must be one of {', '.join(allowed)}, got {str(value)[:40]!r}", key)
+    assert isinstance(value, str)
+    return value
+
+
+def _query_number(raw: str | None, key: str, low: float, high: float) -> float | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ApiError(400, f"{key} must be a number, got {raw[:40]!r}", key) from None
+    if not (low <= value <= high) or math.isnan(value):
+        raise ApiError(400, f"{key} must be between {low:g} and {high:g}, got {raw[:40]!r}", key)
+    return value
+
+
+routes = [
+    Route("/api/v1/jobs", list_jobs, methods=["GET"]),
+    Route("/api/v1/namespaces/{namespace}/jobs", list_jobs, methods=["GET"]),
+    Route("/api/v1/namespaces/{namespace}/jobs", register, methods=["POST"]),
+    Route("/api/v1/namespaces/{namespace}/jobs/{name}", get_job, methods=["GET"]),
+    Route("/api/v1/namespaces/{namespace}/jobs/{name}/history", history, methods=["GET"]),
+    Route("/api/v1/namespaces/{namespace}/jobs/{name}/events", events, methods=["GET"]),
+    Route("/api/v1/namespaces/{namespace}/jobs/{name}/commands", add_command, methods=["POST"]),
+    Route("/api/v1/namespaces/{namespace}/jobs/{name}/commands", list_commands, methods=["GET"]),
+    Route("/api/v1/namespaces/{namespace}/jobs/{name}/state", set_state, methods=["POST"]),
+]

@@ -1,0 +1,113 @@
+"""The live stream, the API description, the interactive docs and the health probe."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ...protocol import API_VERSION
+from ..errors import ApiError
+from ..openapi import openapi_document
+from .common import check_name, services
+
+__all__ = ["routes", "server_version"]
+
+
+def server_version() -> str:
+    """The installed version of stepwatch (the server does not import the report core for it)."""
+    try:
+        return metadata.version("stepwatch")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+async def live_events(request: Request) -> StreamingResponse:
+    """``GET /api/v1/events?namespace=&job=``: server-sent events of job changes and new points."""
+    q = request.query_params
+    namespace = q.get("namespace") or None
+    job = q.get("job") or None
+    if namespace is not None:
+        check_name(namespace, "namespace")
+    if job is not None:
+        check_name(job, "job")
+    last = request.headers.get("last-event-id") or q.get("last_event_id")
+    last_id: int | None = None
+    if last:
+        try:
+            last_id = int(last)
+        except ValueError:
+            raise ApiError(400, f"Last-Event-ID must be an event id (an integer), got {last[:40]!r}") from None
+    stream = services(request).live.stream(namespace, job, last_id)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+async def openapi(request: Request) -> JSONResponse:
+    """``GET /openapi.json``."""
+    return JSONResponse(openapi_document(server_version()))
+
+
+def _swagger_assets() -> Path | None:
+    try:
+        import swagger_ui_bundle  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return Path(str(swagger_ui_bundle.swagger_ui_path))
+
+
+async def docs(request: Request) -> Response:
+    """``GET /docs``: Swagger UI from the bundled assets (no CDN: clusters often have no internet)."""
+    if _swagger_assets() is None:
+        return HTMLResponse(
+            "<p>Interactive docs need the swagger-ui-bundle package (pip install 'stepwatch[server]'); "
+            'the API description is at <a href="/openapi.json">/openapi.json</a>.</p>'
+        )
+    page = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>stepwatch API</title>
+<link rel="stylesheet" href="/docs/assets/swagger-ui.css"></head>
+<body><div id="ui"></div>
+<script src="/docs/assets/swagger-ui-bundle.js"></script>
+<script>window.ui = SwaggerUIBundle({url: "/openapi.json", dom_id: "#ui"});</script>
+</body></html>"""
+    return HTMLResponse(page)
+
+
+async def healthz(request: Request) -> JSONResponse:
+    """``GET /healthz``: the server answers and its store can be read."""
+    svc = services(request)
+    return JSONResponse(
+        {
+            "status": "ok",
+            "version": server_version(),
+            "api_version": API_VERSION,
+            "stats": svc.stats,
+            "subscribers": svc.live.subscribers,
+        }
+    )
+
+
+async def version(request: Request) -> JSONResponse:
+    """``GET /api/v1/version``: what this server speaks."""
+    return JSONResponse({"version": server_version(), "api_version": API_VERSION})
+
+
+def _routes() -> list[Route | Mount]:
+    found: list[Route | Mount] = [
+        Route("/api/v1/events", live_events, methods=["GET"]),
+        Route("/api/v1/version", version, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/docs", docs, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ]
+    assets = _swagger_assets()
+    if assets is not None:
+        found.append(Mount("/docs/assets", app=StaticFiles(directory=str(assets)), name="swagger"))
+    return found
+
+
+routes = _routes()
