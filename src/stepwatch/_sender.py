@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import json
 import logging
 import random
 import threading
@@ -52,6 +53,7 @@ class Sender:
         clock: Callable[[], float] = time.monotonic,
         random_fraction: Callable[[], float] = random.random,
         user_agent: str = "stepwatch",
+        registration: Callable[[], tuple[str, bytes]] | None = None,
     ) -> None:
         self.wire = wire
         self.transport = transport
@@ -65,6 +67,7 @@ class Sender:
         self._clock = clock
         self._random = random_fraction
         self._user_agent = user_agent
+        self._registration = registration if token.missing else None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -198,6 +201,8 @@ class Sender:
 
     def _send_pending(self, deadline: float | None) -> bool:
         """Send what is pending; ``True`` when nothing is left."""
+        if self._registration is not None and not self._register(deadline):
+            return False
         for _ in range(_MAX_SENDS_PER_CYCLE):
             body = self.wire.pending()
             if body is None:
@@ -208,6 +213,40 @@ class Sender:
             if not self._send(body, timeout):
                 return False
         return self.wire.pending() is None
+
+    def _register(self, deadline: float | None) -> bool:
+        """A job nobody registered registers itself first and reports with the token it gets."""
+        assert self._registration is not None
+        url, body = self._registration()
+        timeout = (
+            self.request_timeout if deadline is None else min(self.request_timeout, max(deadline - self._clock(), 0.05))
+        )
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": self._user_agent}
+        try:
+            response = self.transport.request("POST", url, headers=headers, body=body, timeout=timeout)
+        except TransportError as exc:
+            self._failed(f"{url} unreachable: {exc}")
+            return False
+        if response.status == 201:
+            try:
+                token = json.loads(response.body)["token"]
+            except (ValueError, KeyError, TypeError):
+                token = None
+            if isinstance(token, str) and token:
+                self._token.set(token)
+                self._registration = None
+                return True
+        if response.status == 429 or response.status >= 500:
+            self._failed(f"registration answered {response.status}", retry_after=_retry_after(response.headers))
+            return False
+        self._registration = None  # the server does not register jobs this way: report without a token
+        self._warn_once(
+            "register",
+            "stepwatch: the job could not register itself (%s)%s; set STEPWATCH_TOKEN or start it with `stepwatch run`",
+            response.status,
+            _detail(response.body),
+        )
+        return True
 
     def _send(self, body: bytes, timeout: float) -> bool:
         headers = {

@@ -20,7 +20,16 @@ from ._transport import HTTPTransport, TokenSource, Transport
 from ._version import __version__
 from ._window import WindowBuffer
 from ._wire import KubeflowWire, NativeWire, Wire
-from .protocol import LIMITS, Identity, ParamValue, is_valid_name, report_path, sanitize_name
+from .protocol import (
+    LIMITS,
+    Identity,
+    ParamValue,
+    encode_body,
+    is_valid_name,
+    jobs_path,
+    report_path,
+    sanitize_name,
+)
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -81,6 +90,9 @@ def make_sender(
     assert plan.url is not None
     wire: Wire
     interval = settings.interval
+    registration = None
+    if plan.mode == "native" and plan.identity.rank == 0:
+        registration = _registration(run, plan)
     if plan.mode == "kubeflow":
         wire = KubeflowWire(plan.url)
         interval = max(interval, LIMITS.min_kubeflow_interval_s)
@@ -98,7 +110,22 @@ def make_sender(
         interval=interval,
         request_timeout=settings.request_timeout,
         user_agent=f"stepwatch/{__version__} python/{sys.version_info[0]}.{sys.version_info[1]}",
+        registration=registration,
     )
+
+
+def _registration(run: Run, plan: Plan) -> Callable[[], tuple[str, bytes]]:
+    """How a job that nobody registered registers itself (used only when it has no token)."""
+    assert plan.url is not None
+    url = plan.url.removesuffix(report_path(plan.namespace, plan.job)) + jobs_path(plan.namespace)
+
+    def request() -> tuple[str, bytes]:
+        body: dict[str, Any] = {"name": plan.job, "source": "native", "supersede": True}
+        if run.total_steps is not None:
+            body["total_steps"] = run.total_steps
+        return url, encode_body(body)
+
+    return request
 
 
 def _checked_name(name: str, what: str) -> str:

@@ -158,6 +158,15 @@ class TokenSource:
             self.error = f"cannot read token file {self._path}: {exc.strerror or exc}"
         return self._from_file
 
+    def set(self, token: str) -> None:
+        """Use this token from now on (one the server issued when the job registered itself)."""
+        self._token = token.strip() or None
+
+    @property
+    def missing(self) -> bool:
+        """Whether there is no token at all: neither a value nor a file to read one from."""
+        return self._token is None and self._path is None
+
     def invalidate(self) -> None:
         """Force a re-read of the token file on the next call (after the server refused it)."""
         self._stamp = None

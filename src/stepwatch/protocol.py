@@ -52,6 +52,7 @@ __all__ = [
     "format_rfc3339",
     "is_valid_metric_name",
     "is_valid_name",
+    "jobs_path",
     "kubeflow_status_path",
     "parse_rfc3339",
     "report_path",
@@ -671,6 +672,11 @@ def decode_body(body: bytes) -> Any:
         raise ProtocolError("", f"body is not valid JSON: {exc}") from None
     except RecursionError:
         raise ProtocolError("", "body nests too deeply to be a report") from None
+
+
+def jobs_path(namespace: str) -> str:
+    """The URL path where jobs of a namespace are listed and registered."""
+    return f"/api/{API_VERSION}/namespaces/{namespace}/jobs"
 
 
 def report_path(namespace: str, job: str) -> str:

@@ -142,6 +142,7 @@ _SCHEMAS: dict[str, Any] = {
             "gpus": {"type": "number", "minimum": 0},
             "gpu_hour_cost": {"type": "number", "minimum": 0},
             "source": {"enum": ["native", "runner", "kubeflow"]},
+            "supersede": {"type": "boolean", "description": "mark a live attempt failed and start a new one"},
         },
         "required": ["name"],
     },

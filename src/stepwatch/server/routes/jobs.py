@@ -37,6 +37,7 @@ async def register(request: Request) -> JSONResponse:
         "gpus": _optional_number(body, "gpus", minimum=0.0) or 0.0,
         "gpu_hour_cost": _optional_number(body, "gpu_hour_cost", minimum=0.0) or 0.0,
         "source": _choice(body, "source", ("native", "runner", "kubeflow"), "native"),
+        "supersede": _flag(body, "supersede"),
     }
     params = body.get("params")
     if params is not None and not isinstance(params, dict):
@@ -226,6 +227,13 @@ def _optional_number(body: dict[str, Any], key: str, minimum: float) -> float | 
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < minimum:
         raise ApiError(422, f"{key} must be a finite number >= {minimum:g}, got {str(value)[:40]!r}", key)
     return float(value)
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ApiError(422, f"{key} must be true or false, got {str(value)[:40]!r}", key)
+    return value
 
 
 def _choice(body: dict[str, Any], key: str, allowed: tuple[str, ...], default: str | None) -> str:

@@ -163,10 +163,12 @@ class Store(abc.ABC):
         gpus: float = 0.0,
         gpu_hour_cost: float = 0.0,
         source: str = "native",
+        supersede: bool = False,
     ) -> Job:
         """Create a job, or a new attempt when the name's latest attempt has ended.
 
-        Raises :class:`KeyError` when the latest attempt is still pending or running.
+        Raises :class:`KeyError` when the latest attempt is still pending or running, unless
+        ``supersede`` asks to mark it failed and start a new attempt.
         """
 
     @abc.abstractmethod

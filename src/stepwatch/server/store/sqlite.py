@@ -229,16 +229,25 @@ class SQLiteStore(Store):
         gpus: float = 0.0,
         gpu_hour_cost: float = 0.0,
         source: str = "native",
+        supersede: bool = False,
     ) -> Job:
-        """Create a job, or its next attempt; ``KeyError`` while the latest attempt is still live."""
+        """Create a job, or its next attempt; ``KeyError`` while the latest attempt is still live.
+
+        With ``supersede`` a live latest attempt is marked failed instead (a job restarted by hand
+        after a crash that never reported its end).
+        """
         with self._write() as conn:
             row = conn.execute(
-                "SELECT attempt, state FROM jobs WHERE namespace = ? AND name = ? ORDER BY attempt DESC LIMIT 1",
+                "SELECT id, attempt, state FROM jobs WHERE namespace = ? AND name = ? ORDER BY attempt DESC LIMIT 1",
                 (namespace, name),
             ).fetchone()
-            if row is not None and row[1] not in FINAL_STATES:
-                raise KeyError(f"{namespace}/{name}")
-            attempt = 1 if row is None else row[0] + 1
+            if row is not None and row[2] not in FINAL_STATES:
+                if not supersede:
+                    raise KeyError(f"{namespace}/{name}")
+                reason = f"superseded by attempt {row[1] + 1}"
+                self._update(conn, row[0], {"state": "failed", "finished_at": now, "updated_at": now, "reason": reason})
+                self._event(conn, row[0], now, "failed", reason, {})
+            attempt = 1 if row is None else row[1] + 1
             cur = conn.execute(
                 "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at, "
                 "total_steps, total_epochs, params, gpus, gpu_hour_cost, source) "

@@ -1,0 +1,9 @@
+"""Pure analysis of job history for the server: ETA from a robust recent rate, downsampled history.
+
+Nothing here does I/O or keeps state: the functions take what the store returns and give values the
+routes and policies show. Standard library only.
+"""
+
+from .eta import DEFAULT_PARAMS, Estimate, EtaParams, Method, estimate_eta, lifetime_average_eta
+
+__all__ = ["DEFAULT_PARAMS", "Estimate", "EtaParams", "Method", "estimate_eta", "lifetime_average_eta"]

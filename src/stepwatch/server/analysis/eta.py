@@ -1,0 +1,359 @@
+"""ETA of a training job from a robust recent rate, not the lifetime average.
+
+A job's progress history is a list of ``(time, step)`` samples, one per report. The estimate splits
+the time since the last (re)start into *stepping* time and *pauses*:
+
+- the **stepping rate** is measured over the most recent stretch of stepping time (up to
+  :attr:`EtaParams.window` seconds) whose chunks agree with the newest one, so a slow warm-up or any
+  other earlier regime falls out of the window as soon as it is over;
+- **pauses** (the step stands still far longer than a step takes: evaluation, checkpointing) are
+  learnt from the whole segment: their typical length and how many steps apart they come; the
+  remaining pauses up to ``total_steps`` are added at that length;
+- time before the first progress of a segment (start-up, compilation, loading a checkpoint) is
+  ignored, and a step that goes backwards starts a new segment (a restart from an earlier checkpoint);
+- when the step stands still for longer than a step, the report interval and an expected pause
+  explain, the job is *overdue*: the overdue time is counted as stepping time that produced no steps,
+  so the ETA grows with it; overdue for longer than :attr:`EtaParams.stall_after` (or ten step
+  times, whichever is longer), the job is ``"stalled"`` and the ETA is unknown.
+
+A reported ETA (the job's own estimate) is preferred when there is one, aged by the time since it
+was reported, and inflated in the same way when progress is overdue. ``docs/eta.md`` explains the
+choices and shows how the estimate compares with :func:`lifetime_average_eta`, the estimate of the
+upstream callbacks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import pairwise
+from statistics import median
+from typing import Literal
+
+__all__ = ["DEFAULT_PARAMS", "Estimate", "EtaParams", "Method", "estimate_eta", "lifetime_average_eta"]
+
+Method = Literal["recent_rate", "reported", "stalled", "done", "no_total", "insufficient"]
+"""How an :class:`Estimate` was reached.
+
+``recent_rate``: stepwatch's own estimate. ``reported``: the job's reported ETA (aged). ``stalled``: no
+progress for too long, ETA unknown. ``done``: the step reached ``total_steps``. ``no_total``: a rate
+but no total to reach. ``insufficient``: not enough history for a rate (fewer than two distinct
+steps at distinct times since the last restart).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class EtaParams:
+    """The knobs of :func:`estimate_eta`; the defaults are explained in ``docs/eta.md``."""
+
+    window: float = 600.0
+    """Most stepping seconds (pauses excluded) the stepping rate rests on."""
+    chunk: float = 120.0
+    """Stepping seconds per chunk: the window grows backwards chunk by chunk."""
+    regime_change: float = 0.25
+    """A chunk whose time per step differs from the window's so far by more than this fraction
+    belongs to another regime (warm-up, throttling): the window stops before it."""
+    min_pause: float = 10.0
+    """Shortest standstill counted as a pause (also at least 3 report intervals and 3 step times)."""
+    pause_memory: int = 8
+    """How many recent pauses give the typical pause length."""
+    grace: float = 30.0
+    """Slack before a standstill counts as overdue (also at least 3 report intervals and 3 step times)."""
+    stall_after: float = 600.0
+    """Overdue for longer than this (and than ``stall_steps`` step times): stalled, ETA unknown."""
+    stall_steps: float = 10.0
+    """See ``stall_after``: slow jobs get this many step times."""
+    history: int = 256
+    """How many recent intervals give the typical step time and report interval."""
+
+
+DEFAULT_PARAMS = EtaParams()
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """What :func:`estimate_eta` concluded. Times are in the samples' clock (seconds)."""
+
+    rate: float | None
+    """Steps per second of wall time, pauses included at their observed share (0.0 when stalled)."""
+    eta_seconds: float | None
+    """Seconds from ``now`` until ``total_steps`` (pauses included); ``None`` when unknown."""
+    finish_time: float | None
+    """``now + eta_seconds``; for ``done``, when the step reached the total."""
+    method: Method
+    """How the estimate was reached (see :data:`Method`)."""
+    eta_low: float | None = None
+    """Optimistic end of the spread: the fastest chunk of the window (and the reported ETA)."""
+    eta_high: float | None = None
+    """Pessimistic end of the spread: the slowest chunk of the window (and the reported ETA)."""
+    step: int | None = None
+    """The current step (of the latest segment)."""
+    moving_rate: float | None = None
+    """Steps per second while stepping (pauses excluded)."""
+    window_seconds: float = 0.0
+    """Stepping seconds the rate rests on: a short window means a young or changing job."""
+    pause_seconds: float | None = None
+    """Typical length of a pause (evaluation, checkpoint), when pauses were seen."""
+    pause_every: float | None = None
+    """Steps from one pause to the next, when pauses were seen."""
+    overdue_seconds: float = 0.0
+    """How long progress is overdue beyond a step, the report interval and an expected pause."""
+    since: float | None = None
+    """When the latest segment began (after the last restart, if any)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Analysis:
+    """The history of one segment, taken apart."""
+
+    step: int
+    spt: float | None  # stepping seconds per step, from the window
+    spt_low: float | None  # fastest chunk
+    spt_high: float | None  # slowest chunk
+    window: float  # stepping seconds of the window
+    pause_seconds: float | None
+    pause_every: float | None
+    last_pause_step: int | None
+    overdue: float
+    standing: float  # seconds since the step last changed
+    pause_due: bool
+
+
+def estimate_eta(
+    samples: Sequence[tuple[float, int]],
+    total_steps: int | None,
+    *,
+    now: float | None = None,
+    reported_eta: float | None = None,
+    reported_at: float | None = None,
+    params: EtaParams = DEFAULT_PARAMS,
+) -> Estimate:
+    """Estimate the remaining time of a job from its ``(time, step)`` samples.
+
+    ``now`` defaults to the time of the newest sample; pass the clock to see a stall develop while
+    no report arrives. ``reported_eta`` is the job's own estimate of remaining seconds, made at
+    ``reported_at`` (default: the newest sample, else ``now``): it is preferred when present, unless
+    the job is stalled or done. Samples with a non-finite time are ignored; out-of-order samples
+    are sorted by time. Never raises for odd histories: it answers ``insufficient`` instead.
+    """
+    points = _clean(samples)
+    start = _segment_start(points)
+    segment = points[start:]
+    last_t = segment[-1][0] if segment else None
+    if now is None:
+        now = last_t if last_t is not None else reported_at
+    elif last_t is not None and now < last_t:
+        now = last_t
+    reported = reported_eta if reported_eta is not None and math.isfinite(reported_eta) and reported_eta >= 0 else None
+
+    if not segment or now is None:
+        if reported is not None:
+            age = max(now - reported_at, 0.0) if now is not None and reported_at is not None else 0.0
+            eta = max(reported - age, 0.0)
+            finish = now + eta if now is not None else None
+            return Estimate(None, eta, finish, "reported", eta, eta)
+        return Estimate(None, None, None, "insufficient")
+
+    since = segment[0][0]
+    step = segment[-1][1]
+    if total_steps is not None and step >= total_steps:
+        reached = next(t for t, s in segment if s >= total_steps)
+        return Estimate(None, 0.0, reached, "done", 0.0, 0.0, step=step, since=since)
+
+    a = _analyse(segment, now, params)
+    window = a.window if a.window > 0 else params.window
+    factor = 1.0 + a.overdue / window
+    pause_rate = a.pause_seconds / a.pause_every if a.pause_seconds and a.pause_every else 0.0
+    rate = 1.0 / (a.spt * factor + pause_rate) if a.spt else None
+    base = Estimate(
+        rate,
+        None,
+        None,
+        "insufficient",
+        step=step,
+        moving_rate=1.0 / a.spt if a.spt else None,
+        window_seconds=a.window,
+        pause_seconds=a.pause_seconds,
+        pause_every=a.pause_every,
+        overdue_seconds=a.overdue,
+        since=since,
+    )
+
+    stall_limit = max(params.stall_after, params.stall_steps * a.spt if a.spt else 0.0)
+    if a.overdue > stall_limit:
+        return replace(base, rate=0.0, method="stalled")
+
+    own: tuple[float, float, float] | None = None
+    if total_steps is not None and a.spt is not None:
+        remaining = total_steps - step
+        pauses = 0.0
+        if a.pause_seconds and a.pause_every and a.last_pause_step is not None:
+            # pauses at last_pause_step + k * pause_every, up to and including the last step
+            count = max(math.floor((total_steps - a.last_pause_step) / a.pause_every + 0.1), 0)
+            spent = min(a.standing, a.pause_seconds) if a.pause_due else 0.0
+            pauses = max(count * a.pause_seconds - spent, 0.0)
+
+        def eta_at(spt: float) -> float:
+            return remaining * spt * factor + pauses
+
+        assert a.spt_low is not None and a.spt_high is not None
+        own = (eta_at(a.spt), eta_at(a.spt_low), eta_at(a.spt_high))
+
+    if reported is not None:
+        age = max(now - reported_at, 0.0) if reported_at is not None else 0.0
+        eta = max(reported - age, 0.0)
+        if a.overdue > 0:
+            eta = (eta + a.overdue) * factor
+        low, high = (min(eta, own[1]), max(eta, own[2])) if own else (eta, eta)
+        return replace(base, eta_seconds=eta, finish_time=now + eta, method="reported", eta_low=low, eta_high=high)
+    if total_steps is None:
+        return replace(base, method="no_total") if rate else base
+    if own is None:
+        return base
+    eta, low, high = own
+    return replace(base, eta_seconds=eta, finish_time=now + eta, method="recent_rate", eta_low=low, eta_high=high)
+
+
+def lifetime_average_eta(
+    samples: Sequence[tuple[float, int]],
+    total_steps: int | None,
+    start_time: float,
+    now: float | None = None,
+) -> float | None:
+    """The upstream estimate: time since the process started per step so far, times steps left.
+
+    This is what transformers' ``KubeflowCallback`` reports, ``(now - start) / step * (total -
+    step)``, where ``step`` is the global step (it includes the steps of a checkpoint the process
+    resumed from) and ``now`` defaults to the time of the newest sample. It is the baseline that
+    :func:`estimate_eta` is measured against; ``None`` before the first step.
+    """
+    if not samples or total_steps is None:
+        return None
+    t, step = max(samples, key=lambda sample: sample[0])
+    elapsed = (t if now is None else now) - start_time
+    if step <= 0 or elapsed <= 0 or not math.isfinite(elapsed):
+        return None
+    return max(total_steps - step, 0) * elapsed / step
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def _clean(samples: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+    """Samples with a finite time, in time order (a stable sort keeps report order for equal times)."""
+    points = [(float(t), int(s)) for t, s in samples if math.isfinite(t)]
+    if any(points[i][0] < points[i - 1][0] for i in range(1, len(points))):
+        points.sort(key=lambda p: p[0])
+    return points
+
+
+def _segment_start(points: list[tuple[float, int]]) -> int:
+    """Index of the first sample after the last backwards step (0 when the step never went back)."""
+    for i in range(len(points) - 1, 0, -1):
+        if points[i][1] < points[i - 1][1]:
+            return i
+    return 0
+
+
+def _analyse(segment: list[tuple[float, int]], now: float, params: EtaParams) -> _Analysis:
+    # Progress events: the first sample at each new step. The origin is the last sample still at
+    # the segment's first step, so start-up time before the first progress does not count.
+    first_step = segment[0][1]
+    origin = 0
+    while origin + 1 < len(segment) and segment[origin + 1][1] == first_step:
+        origin += 1
+    events = [segment[origin]]
+    for t, s in segment[origin + 1 :]:
+        if s > events[-1][1]:
+            if t > events[-1][0]:
+                events.append((t, s))
+            else:  # same time: the newer reading wins
+                events[-1] = (events[-1][0], s)
+    step = events[-1][1]
+    standing = max(now - events[-1][0], 0.0)
+
+    gaps = [b[0] - a[0] for a, b in zip(segment[-params.history - 1 :], segment[-params.history :])]
+    gaps = [g for g in gaps if g > 0]
+    report_interval = median(gaps) if gaps else 0.0
+    intervals = [(b[0] - a[0], b[1] - a[1], a[1]) for a, b in pairwise(events)]
+    if not intervals:
+        slack = max(params.grace, 3 * report_interval)
+        return _Analysis(step, None, None, None, 0.0, None, None, None, max(standing - slack, 0.0), standing, False)
+
+    typical = median(dt / ds for dt, ds, _ in intervals[-params.history :])
+    threshold = max(params.min_pause, 3 * report_interval, 3 * typical)
+    moving: list[tuple[float, int]] = []
+    pauses: list[tuple[int, float]] = []  # (step it paused at, seconds beyond the steps it made)
+    for dt, ds, at in intervals:
+        excess = dt - ds * typical
+        if excess > threshold:
+            pauses.append((at, excess))
+        else:
+            moving.append((dt, ds))
+
+    spt, spt_low, spt_high, window = _stepping_time(moving, params)
+
+    pause_seconds = pause_every = None
+    last_pause_step = None
+    pause_due = False
+    if pauses:
+        recent = [d for _, d in pauses[-params.pause_memory :]]
+        cap = 3 * median(recent)  # one freak standstill must not set the length of every pause ahead
+        pause_seconds = sum(min(d, cap) for d in recent) / len(recent)
+        last_pause_step = pauses[-1][0]
+        if len(pauses) >= 2:
+            spacing = (last_pause_step - pauses[0][0]) / (len(pauses) - 1)
+        else:
+            spacing = last_pause_step - events[0][1]
+        spacing = max(spacing, step - last_pause_step)  # pauses that stop coming count less and less
+        if spacing > 0:
+            pause_every = float(spacing)
+            pause_due = last_pause_step + spacing - step <= 0.1 * spacing
+        else:
+            pause_seconds = None
+
+    step_time = spt if spt is not None else typical
+    slack = max(params.grace, 3 * report_interval, 3 * step_time)
+    allowance = slack + (pause_seconds if pause_due and pause_seconds else 0.0)
+    overdue = max(standing - allowance, 0.0)
+    return _Analysis(
+        step, spt, spt_low, spt_high, window, pause_seconds, pause_every, last_pause_step, overdue, standing, pause_due
+    )
+
+
+def _stepping_time(
+    moving: list[tuple[float, int]], params: EtaParams
+) -> tuple[float | None, float | None, float | None, float]:
+    """Seconds per step over the recent window of stepping intervals, its fastest and slowest chunk.
+
+    Chunks of at least ``params.chunk`` seconds are taken from the newest backwards, up to
+    ``params.window`` seconds; an older chunk that disagrees with the window so far ends it.
+    """
+    chunks: list[tuple[float, int]] = []
+    span = 0.0
+    dt_sum = 0.0
+    ds_sum = 0
+    for dt, ds in reversed(moving):
+        dt_sum += dt
+        ds_sum += ds
+        if dt_sum >= params.chunk:
+            chunks.append((dt_sum, ds_sum))
+            span += dt_sum
+            dt_sum, ds_sum = 0.0, 0
+            if span >= params.window:
+                break
+    if ds_sum and (not chunks or dt_sum >= params.chunk / 2):
+        chunks.append((dt_sum, ds_sum))  # the oldest, partial chunk
+    if not chunks:
+        return None, None, None, 0.0
+    window_dt, window_ds = chunks[0]
+    rates = [window_dt / window_ds]
+    for dt, ds in chunks[1:]:
+        ratio = (dt / ds) / (window_dt / window_ds)
+        if max(ratio, 1 / ratio) - 1 > params.regime_change:
+            break
+        window_dt += dt
+        window_ds += ds
+        rates.append(dt / ds)
+    return window_dt / window_ds, min(rates), max(rates), window_dt
