@@ -18,7 +18,8 @@ from stepwatch.testing import MemoryTransport, ReportSink
 
 
 def _reports(transport: MemoryTransport) -> list[Report]:
-    return [Report.from_dict(json.loads(r.body)) for r in transport.requests]
+    """The reports among the requests (a run without a token first tries to register itself)."""
+    return [Report.from_dict(json.loads(r.body)) for r in transport.requests if r.url.endswith("/reports")]
 
 
 def _count(reports: list[Report], name: str) -> int:
@@ -227,7 +228,9 @@ def test_module_shortcuts_start_a_run_from_the_environment(monkeypatch: pytest.M
     assert stepwatch.finish() is True
     assert stepwatch.current() is None
     assert sink.final() is not None and sink.final().progress.step == 3  # type: ignore[union-attr]
-    assert all(r.path == "/api/v1/namespaces/team-a/jobs/from-env/reports" for r in sink.received)
+    assert sink.registrations == ["team-a/from-env"]
+    assert [r.path for r in sink.received][0] == "/api/v1/namespaces/team-a/jobs"
+    assert all(r.path == "/api/v1/namespaces/team-a/jobs/from-env/reports" for r in sink.received[1:])
 
 
 def test_a_second_init_finishes_the_first() -> None:
@@ -351,6 +354,7 @@ def test_upstream_token_file_and_ca_are_used_when_stepwatch_has_none(
     run.step(loss=1.0)
     run.finish()
     assert transport.requests[-1].headers["Authorization"] == "Bearer sa-token"
+    assert all(r.url == "http://kf.test/status" for r in transport.requests)  # no registration upstream
 
 
 # ------------------------------------------------------------------------------------------- ranks

@@ -76,6 +76,8 @@ class ReportSink:
         self.reports: list[Report] = []
         self.statuses: list[TrainerStatus] = []
         self.duplicates = 0
+        self.registrations: list[str] = []
+        """``namespace/job`` of every job that registered itself."""
         self.by_job: dict[str, list[Report]] = {}
         """Stored native reports per ``namespace/job``, from the request path."""
         self._port = port
@@ -201,6 +203,9 @@ class ReportSink:
             return scripted.status, scripted.headers, scripted.body
         if method != "POST":
             return 405, {}, _error(405, "MethodNotAllowed", "only POST is served here")
+        parts = path.split("/")
+        if len(parts) == 6 and path.startswith("/api/v1/namespaces/") and parts[5] == "jobs":
+            return self._register(parts[4], body)
         if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
             return 403, {}, _error(403, "Forbidden", "missing or wrong bearer token")
         try:
@@ -220,6 +225,19 @@ class ReportSink:
         except ProtocolError as exc:
             return 422, {}, _error(422, "Invalid", str(exc))
         return 404, {}, _error(404, "NotFound", f"no endpoint at {path}")
+
+    def _register(self, namespace: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        """A job registering itself gets the sink's token (or a fresh one when the sink needs none)."""
+        try:
+            data = decode_body(body)
+            name = data["name"]
+        except (ProtocolError, KeyError, TypeError):
+            return 422, {}, _error(422, "Invalid", "a registration needs a JSON body with a name")
+        with self._changed:
+            self.registrations.append(f"{namespace}/{name}")
+            self._changed.notify_all()
+        token = self.token or uuid.uuid4().hex
+        return 201, {}, encode_body({"job": {"namespace": namespace, "name": name}, "token": token})
 
     def _store(self, job: str, report: Report) -> ReportResponse:
         key = (report.run_id, report.identity.rank, report.seq)

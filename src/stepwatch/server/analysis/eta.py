@@ -189,8 +189,9 @@ def estimate_eta(
         remaining = total_steps - step
         pauses = 0.0
         if a.pause_seconds and a.pause_every and a.last_pause_step is not None:
-            # pauses at last_pause_step + k * pause_every, up to and including the last step
-            count = max(math.floor((total_steps - a.last_pause_step) / a.pause_every + 0.1), 0)
+            # pauses at last_pause_step + k * pause_every, from the next one up to the last step
+            last = math.floor((total_steps - a.last_pause_step) / a.pause_every + 0.1)
+            count = max(last - _first_pause_ahead(a.last_pause_step, a.pause_every, step) + 1, 0)
             spent = min(a.standing, a.pause_seconds) if a.pause_due else 0.0
             pauses = max(count * a.pause_seconds - spent, 0.0)
 
@@ -257,8 +258,41 @@ def _segment_start(points: list[tuple[float, int]]) -> int:
 
 
 def _analyse(segment: list[tuple[float, int]], now: float, params: EtaParams) -> _Analysis:
-    # Progress events: the first sample at each new step. The origin is the last sample still at
-    # the segment's first step, so start-up time before the first progress does not count.
+    events = _progress_events(segment)
+    step = events[-1][1]
+    standing = max(now - events[-1][0], 0.0)
+    gaps = [b[0] - a[0] for a, b in pairwise(segment[-params.history - 1 :])]
+    gaps = [g for g in gaps if g > 0]
+    report_interval = median(gaps) if gaps else 0.0
+    intervals = [(b[0] - a[0], b[1] - a[1], a[1]) for a, b in pairwise(events)]
+    if not intervals:
+        slack = max(params.grace, 3 * report_interval)
+        return _Analysis(step, None, None, None, 0.0, None, None, None, max(standing - slack, 0.0), standing, False)
+
+    typical = median(dt / ds for dt, ds, _ in intervals[-params.history :])
+    moving, pauses = _split(intervals, typical, report_interval, params)
+    spt, spt_low, spt_high, window = _stepping_time(moving, params)
+    pause_seconds, pause_every, anchor = _pause_model(pauses, events[0][1], step, params)
+    pause_due = False
+    if pause_every is not None and anchor is not None:
+        due = anchor + _first_pause_ahead(anchor, pause_every, step) * pause_every
+        pause_due = due <= step + 0.1 * pause_every
+
+    step_time = spt if spt is not None else typical
+    slack = max(params.grace, 3 * report_interval, 3 * step_time)
+    allowance = slack + (pause_seconds if pause_due and pause_seconds else 0.0)
+    overdue = max(standing - allowance, 0.0)
+    return _Analysis(
+        step, spt, spt_low, spt_high, window, pause_seconds, pause_every, anchor, overdue, standing, pause_due
+    )
+
+
+def _progress_events(segment: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """The first sample at each new step, from an origin: the last sample still at the first step.
+
+    Starting at the origin leaves out the start-up time before the first progress (process start,
+    compilation, loading a checkpoint). Readings at the same time collapse into the newest.
+    """
     first_step = segment[0][1]
     origin = 0
     while origin + 1 < len(segment) and segment[origin + 1][1] == first_step:
@@ -268,58 +302,69 @@ def _analyse(segment: list[tuple[float, int]], now: float, params: EtaParams) ->
         if s > events[-1][1]:
             if t > events[-1][0]:
                 events.append((t, s))
-            else:  # same time: the newer reading wins
+            else:
                 events[-1] = (events[-1][0], s)
-    step = events[-1][1]
-    standing = max(now - events[-1][0], 0.0)
+    return events
 
-    gaps = [b[0] - a[0] for a, b in zip(segment[-params.history - 1 :], segment[-params.history :])]
-    gaps = [g for g in gaps if g > 0]
-    report_interval = median(gaps) if gaps else 0.0
-    intervals = [(b[0] - a[0], b[1] - a[1], a[1]) for a, b in pairwise(events)]
-    if not intervals:
-        slack = max(params.grace, 3 * report_interval)
-        return _Analysis(step, None, None, None, 0.0, None, None, None, max(standing - slack, 0.0), standing, False)
 
-    typical = median(dt / ds for dt, ds, _ in intervals[-params.history :])
+_Pauses = list[tuple[int, float | None]]
+"""(step, seconds of standstill) of each pause in order; ``None`` seconds: reports went missing over a
+stretch with both steps and standstill, so how many pauses it hid is unknown (the step is its end)."""
+
+
+def _split(
+    intervals: list[tuple[float, int, int]], typical: float, report_interval: float, params: EtaParams
+) -> tuple[list[tuple[float, int]], _Pauses]:
+    """Split the intervals between progress events into stepping ones and pauses.
+
+    An interval is a pause when it took longer than its steps explain (at the typical time per step)
+    by more than a threshold; the excess is the pause's length.
+    """
     threshold = max(params.min_pause, 3 * report_interval, 3 * typical)
     moving: list[tuple[float, int]] = []
-    pauses: list[tuple[int, float]] = []  # (step it paused at, seconds beyond the steps it made)
+    pauses: _Pauses = []
     for dt, ds, at in intervals:
-        excess = dt - ds * typical
-        if excess > threshold:
+        stepping = ds * typical
+        excess = dt - stepping
+        if excess <= threshold:
+            moving.append((dt, ds))
+        elif stepping <= max(2 * report_interval, excess / 4):
             pauses.append((at, excess))
         else:
-            moving.append((dt, ds))
+            pauses.append((at + ds, None))
+    return moving, pauses
 
-    spt, spt_low, spt_high, window = _stepping_time(moving, params)
 
-    pause_seconds = pause_every = None
-    last_pause_step = None
-    pause_due = False
-    if pauses:
-        recent = [d for _, d in pauses[-params.pause_memory :]]
-        cap = 3 * median(recent)  # one freak standstill must not set the length of every pause ahead
-        pause_seconds = sum(min(d, cap) for d in recent) / len(recent)
-        last_pause_step = pauses[-1][0]
-        if len(pauses) >= 2:
-            spacing = (last_pause_step - pauses[0][0]) / (len(pauses) - 1)
-        else:
-            spacing = last_pause_step - events[0][1]
-        spacing = max(spacing, step - last_pause_step)  # pauses that stop coming count less and less
-        if spacing > 0:
-            pause_every = float(spacing)
-            pause_due = last_pause_step + spacing - step <= 0.1 * spacing
-        else:
-            pause_seconds = None
+def _pause_model(
+    pauses: _Pauses, origin: int, step: int, params: EtaParams
+) -> tuple[float | None, float | None, int | None]:
+    """Typical pause length, steps between pauses and the step of the last clear pause.
 
-    step_time = spt if spt is not None else typical
-    slack = max(params.grace, 3 * report_interval, 3 * step_time)
-    allowance = slack + (pause_seconds if pause_due and pause_seconds else 0.0)
-    overdue = max(standing - allowance, 0.0)
-    return _Analysis(
-        step, spt, spt_low, spt_high, window, pause_seconds, pause_every, last_pause_step, overdue, standing, pause_due
-    )
+    The spacing is the median of the spacings between consecutive clear pauses (a stretch of missing
+    reports breaks the chain); with one clear pause, the larger of the steps before and after it.
+    Pauses that stopped coming (none seen in three spacings) are no longer expected.
+    """
+    clear = [(at, d) for at, d in pauses if d is not None]
+    if not clear:
+        return None, None, None
+    spacings = [b[0] - a[0] for a, b in pairwise(pauses) if a[1] is not None and b[1] is not None]
+    anchor = clear[-1][0]
+    if spacings:
+        every = float(median(spacings[-params.history :]))
+    elif len(pauses) == 1:
+        every = float(max(anchor - origin, step - anchor))
+    else:
+        return None, None, anchor
+    if every <= 0 or step - pauses[-1][0] > 3 * every:
+        return None, None, anchor
+    recent = [d for _, d in clear[-params.pause_memory :]]
+    cap = 3 * median(recent)  # one freak standstill must not set the length of every pause ahead
+    return sum(min(d, cap) for d in recent) / len(recent), every, anchor
+
+
+def _first_pause_ahead(anchor: int, every: float, step: int) -> int:
+    """The ``k >= 1`` of the first pause at ``anchor + k * every`` not behind ``step`` (10% tolerance)."""
+    return max(math.ceil((step - anchor) / every - 0.1), 1)
 
 
 def _stepping_time(
