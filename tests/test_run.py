@@ -229,7 +229,7 @@ def test_module_shortcuts_start_a_run_from_the_environment(monkeypatch: pytest.M
     assert stepwatch.current() is None
     assert sink.final() is not None and sink.final().progress.step == 3  # type: ignore[union-attr]
     assert sink.registrations == ["team-a/from-env"]
-    assert [r.path for r in sink.received][0] == "/api/v1/namespaces/team-a/jobs"
+    assert sink.received[0].path == "/api/v1/namespaces/team-a/jobs"
     assert all(r.path == "/api/v1/namespaces/team-a/jobs/from-env/reports" for r in sink.received[1:])
 
 
