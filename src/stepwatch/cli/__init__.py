@@ -6,10 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .._version import __version__
-from . import config as config_command
+import importlib
 
-__all__ = ["main"]
+from .._version import __version__
+
+__all__ = ["COMMANDS", "main"]
+
+COMMANDS: tuple[str, ...] = ("config",)
+"""Command modules, in the order of ``stepwatch --help``; each has ``register(subparsers)``."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"stepwatch {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    config_command.register(commands)
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").register(commands)
     return parser
 
 
