@@ -1,0 +1,85 @@
+"""``stepwatch server``: serve the API (and, later, the dashboard) with uvicorn on the embedded database."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import sys
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(commands: Any) -> None:
+    """Add the ``server`` command."""
+    parser = commands.add_parser(
+        "server",
+        help="run the stepwatch server (API, live updates) on the embedded database",
+        description=(
+            "Run the stepwatch server. It listens on 127.0.0.1:8642 and stores in SQLite under the user's data "
+            "directory ($STEPWATCH_HOME, else $XDG_DATA_HOME/stepwatch) unless told otherwise."
+        ),
+    )
+    parser.add_argument(
+        "--host", default=None, help="address to listen on (default 127.0.0.1; env STEPWATCH_SERVER_HOST)"
+    )
+    parser.add_argument("--port", type=int, default=None, help="port (default 8642; env STEPWATCH_SERVER_PORT)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--db", default=None, help="SQLite file (env STEPWATCH_DB)")
+    where.add_argument("--database-url", default=None, help="database URL, sqlite:///PATH (env STEPWATCH_DATABASE_URL)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(run=run)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port``, in words; ``None`` when it can."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"port {port} on {host} is already in use (another stepwatch server? `stepwatch jobs` talks to "
+                    f"it); choose another with --port"
+                )
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted."""
+    try:
+        import uvicorn
+
+        from ..server import ServerSettings, create_app
+        from ..server.store import StoreError
+    except ImportError as exc:
+        print(
+            f"stepwatch server needs its extra ({exc.name} is missing): pip install 'stepwatch[server]'",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        settings = ServerSettings.resolve(
+            {"host": args.host, "port": args.port, "db": args.db, "database_url": args.database_url}
+        )
+        path = settings.database_path()
+    except ValueError as exc:
+        print(f"stepwatch server: {exc}", file=sys.stderr)
+        return 2
+    problem = port_problem(settings.host, settings.port)
+    if problem:
+        print(f"stepwatch server: {problem}", file=sys.stderr)
+        return 1
+    try:
+        app = create_app(settings)
+    except StoreError as exc:
+        print(f"stepwatch server: {exc}", file=sys.stderr)
+        return 1
+    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+    print(f"stepwatch server on http://{shown}:{settings.port} (database {path}); API docs at /docs", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False)
+    return 0
