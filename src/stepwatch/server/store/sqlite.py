@@ -583,7 +583,8 @@ class SQLiteStore(Store):
                 "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (?, ?, ?, ?, ?)",
                 (command.id, job.id, kind, reason, now),
             )
-            self._event(conn, job.id, now, "command", f"{kind} requested: {reason}".rstrip(": "), {"id": command.id})
+            message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
+            self._event(conn, job.id, now, "command", message, {"id": command.id, "kind": kind, "reason": reason})
         return command
 
     def _pending(self, conn: sqlite3.Connection, job_id: int) -> list[Command]:

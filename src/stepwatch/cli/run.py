@@ -1,0 +1,253 @@
+"""``stepwatch run -- COMMAND``: make any command a tracked job, supervised by the local runner.
+
+The runner registers the job (starting a background server when none answers locally, and saying
+so), gives the command the environment the report core reads, starts it in its own process group
+(``torchrun`` and its workers included), passes its output through unchanged, forwards Ctrl-C and
+SIGTERM, enforces ``stepwatch stop`` (the job gets a grace period to checkpoint and stop by itself,
+then its group is terminated, then killed), and records how it ended: finished, failed (with the
+exit code or signal) or stopped. Its own exit code is the command's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..protocol import sanitize_name
+
+__all__ = ["job_name_for", "register", "run"]
+
+_POLL_S = 1.0
+_KILL_AFTER_TERM_S = 10.0
+
+
+def register(commands: Any) -> None:
+    """Add the ``run`` command."""
+    parser = commands.add_parser(
+        "run",
+        help="run a command as a tracked job: stepwatch run -- python train.py",
+        description=(
+            "Run COMMAND as a stepwatch job. Its progress appears in `stepwatch jobs` when it reports (any script "
+            "using stepwatch.init/step, or a framework integration); the runner records its start and end either way."
+        ),
+    )
+    parser.add_argument("--name", help="job name (default: the script's name, as a Kubernetes name)")
+    parser.add_argument("-n", "--namespace", default=os.environ.get("STEPWATCH_NAMESPACE", "default"))
+    parser.add_argument("--gpus", type=float, default=0.0, help="GPUs the job holds (for cost)")
+    parser.add_argument("--gpu-hour-cost", type=float, default=0.0, metavar="USD", help="price of one GPU hour")
+    parser.add_argument("--server", help="stepwatch server URL (default: STEPWATCH_SERVER, else the local one)")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="time to checkpoint and stop after `stepwatch stop`",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    parser.set_defaults(run=run)
+
+
+def job_name_for(command: list[str]) -> str:
+    """A job name from a command: the first Python script in it, else the program (``train.py`` → ``train``)."""
+    for part in command:
+        if part.endswith(".py"):
+            return sanitize_name(Path(part).stem)
+    for i, part in enumerate(command):
+        if part == "-m" and i + 1 < len(command):
+            return sanitize_name(command[i + 1].rsplit(".", 1)[-1])
+    return sanitize_name(Path(command[0]).name) if command else "job"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Register, start, supervise, record."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("stepwatch run: give the command after --, e.g. stepwatch run -- python train.py", file=sys.stderr)
+        return 2
+    try:
+        from ..client import Client, server_url
+        from ..client import StepwatchError as ClientError
+    except ImportError as exc:
+        print(
+            f"stepwatch run needs the client ({exc.name} is missing): pip install 'stepwatch[client]'", file=sys.stderr
+        )
+        return 1
+    url = server_url(args.server)
+    client = Client(url)
+    if not _reachable(client) and not _start_background_server(url, client):
+        return 1
+    name = sanitize_name(args.name) if args.name else job_name_for(command)
+    namespace = sanitize_name(args.namespace, fallback="default")
+    try:
+        job, token = client.register(name, namespace, source="runner", gpus=args.gpus, gpu_hour_cost=args.gpu_hour_cost)
+    except ClientError as exc:
+        print(f"stepwatch run: cannot register {namespace}/{name}: {exc}", file=sys.stderr)
+        return 1
+    env = {
+        **os.environ,
+        "STEPWATCH_URL": url,
+        "STEPWATCH_TOKEN": token,
+        "STEPWATCH_JOB": name,
+        "STEPWATCH_NAMESPACE": namespace,
+    }
+    env.pop("STEPWATCH_TOKEN_FILE", None)
+    print(f"stepwatch: job {namespace}/{name} (attempt {job['attempt']}) at {url}", file=sys.stderr, flush=True)
+    try:
+        process = subprocess.Popen(command, env=env, start_new_session=True)
+    except OSError as exc:
+        print(f"stepwatch run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        _record(client, name, namespace, token, "failed", None, f"could not start: {exc.strerror or exc}")
+        return 127
+    supervisor = _Supervisor(process, client, name, namespace, token, args.grace)
+    return supervisor.supervise()
+
+
+class _Supervisor:
+    """Waits for the process group, forwards signals, enforces stop requests, records the outcome."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], client: Any, name: str, namespace: str, token: str, grace: float
+    ):
+        self.process = process
+        self.client = client
+        self.name = name
+        self.namespace = namespace
+        self.token = token
+        self.grace = grace
+        self.stop_reason: str | None = None
+        self.stop_deadline: float | None = None
+        self.terminated_at: float | None = None
+        self.interrupts = 0
+        self.server_warned = False
+        self.last_event = 0
+
+    def supervise(self) -> int:
+        previous = {sig: signal.signal(sig, self._forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        _record(self.client, self.name, self.namespace, self.token, "running", None, "started by stepwatch run")
+        try:
+            while True:
+                try:
+                    code = self.process.wait(timeout=_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    self._check_commands()
+                    self._enforce()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        state, reason = self._outcome(code)
+        _record(self.client, self.name, self.namespace, self.token, state, code, reason)
+        print(
+            f"stepwatch: job {self.namespace}/{self.name} {state}" + (f" ({reason})" if reason else ""), file=sys.stderr
+        )
+        return code if code >= 0 else 128 - code
+
+    def _outcome(self, code: int) -> tuple[str, str]:
+        if self.stop_reason is not None:
+            return "stopped", self.stop_reason
+        if self.interrupts:
+            return "stopped", "interrupted (Ctrl-C)"
+        if code == 0:
+            return "finished", ""
+        if code < 0:
+            return "failed", f"killed by {signal.Signals(-code).name}"
+        return "failed", f"exit code {code}"
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        self.interrupts += 1
+        sig = signum if self.interrupts < 3 else signal.SIGKILL  # a third Ctrl-C kills the group
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _check_commands(self) -> None:
+        """Look for a stop request among the job's new events (acknowledged by the job or not)."""
+        if self.stop_reason is not None:
+            return
+        try:
+            events = self.client.events(self.name, self.namespace, after=self.last_event, limit=1000)
+        except Exception as exc:  # the server may be gone: the job goes on
+            if not self.server_warned:
+                self.server_warned = True
+                print(f"stepwatch: the server does not answer ({exc}); the job goes on", file=sys.stderr)
+            return
+        for event in events:
+            self.last_event = max(self.last_event, int(event["id"]))
+            data = event.get("data") or {}
+            if event["kind"] == "command" and data.get("kind") == "stop":
+                self.stop_reason = data.get("reason") or "stop requested"
+                self.stop_deadline = time.monotonic() + self.grace
+                print(
+                    f"stepwatch: stop requested ({self.stop_reason}); the job has {self.grace:g} s to checkpoint "
+                    "and stop",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return
+
+    def _enforce(self) -> None:
+        now = time.monotonic()
+        if self.stop_deadline is not None and now >= self.stop_deadline and self.terminated_at is None:
+            print("stepwatch: grace period over; terminating the job", file=sys.stderr, flush=True)
+            self.terminated_at = now
+            _killpg(self.process.pid, signal.SIGTERM)
+        elif self.terminated_at is not None and now >= self.terminated_at + _KILL_AFTER_TERM_S:
+            _killpg(self.process.pid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _record(client: Any, name: str, namespace: str, token: str, state: str, code: int | None, reason: str) -> None:
+    try:
+        client.set_state(name, state, token, namespace, exit_code=code, reason=reason)
+    except Exception as exc:
+        print(f"stepwatch: could not record that the job {state} ({exc})", file=sys.stderr)
+
+
+def _reachable(client: Any) -> bool:
+    try:
+        client.ping()
+    except Exception:
+        return False
+    return True
+
+
+def _start_background_server(url: str, client: Any) -> bool:
+    """Start ``stepwatch server`` in the background when the URL is a local one that nothing answers."""
+    parts = urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or parts.scheme != "http":
+        print(f"stepwatch run: no stepwatch server answers at {url}", file=sys.stderr)
+        return False
+    port = parts.port or 80
+    log_dir = Path(os.environ.get("STEPWATCH_HOME") or Path.home() / ".local" / "share" / "stepwatch")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / "server.log"
+    with open(log, "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "stepwatch", "server", "--host", parts.hostname, "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline:
+        if _reachable(client):
+            print(f"stepwatch: started a background server at {url} (log: {log}); it keeps running", file=sys.stderr)
+            return True
+        time.sleep(0.2)
+    print(f"stepwatch run: could not start a server at {url}; see {log}", file=sys.stderr)
+    return False
