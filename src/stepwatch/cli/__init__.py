@@ -12,7 +12,7 @@ from .._version import __version__
 
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: tuple[str, ...] = ("config", "server", "run")
+COMMANDS: tuple[str, ...] = ("config", "server", "run", "demo")
 """Command modules, in the order of ``stepwatch --help``; each has ``register(subparsers)``."""
 
 
