@@ -296,7 +296,11 @@ class Run:
         sender, self._sender = self._sender, None
         if sender is None:
             return False
-        return sender.flush(self._snapshot(), self._flush_timeout)
+        _FINISHING[self] = sender
+        try:
+            return sender.flush(self._snapshot(), self._flush_timeout)
+        finally:
+            _FINISHING.pop(self, None)
 
     def __enter__(self) -> Run:
         return self
@@ -330,6 +334,8 @@ class Run:
 
 _current: Run | None = None
 _ACTIVE: set[Run] = set()
+_FINISHING: dict[Run, Sender] = {}
+"""Runs whose final report is on its way (a SIGTERM then waits for it instead of dying at once)."""
 _process_hooks_installed = False
 _uncaught: list[tuple[type[BaseException], BaseException]] = []
 
@@ -505,6 +511,8 @@ def _install_sigterm() -> None:
                 run.finish("stopped", "SIGTERM")
             except Exception:
                 pass
+        for run, sender in list(_FINISHING.items()):  # finish() was already under way
+            sender.wait_done(run._flush_timeout + 0.5)
         if callable(previous):
             previous(signum, frame)
             return

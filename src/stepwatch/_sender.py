@@ -54,6 +54,7 @@ class Sender:
         random_fraction: Callable[[], float] = random.random,
         user_agent: str = "stepwatch",
         registration: Callable[[], tuple[str, bytes]] | None = None,
+        min_gap: float = 0.0,
     ) -> None:
         self.wire = wire
         self.transport = transport
@@ -68,6 +69,12 @@ class Sender:
         self._random = random_fraction
         self._user_agent = user_agent
         self._registration = registration if token.missing else None
+        self._min_gap = min_gap
+        self._last_request = -1e18
+        self._not_before = 0.0
+        """Set by Retry-After: no request before this, the final flush included."""
+        self.rejected = 0
+        """Reports the server refused for good (4xx other than auth and rate limits)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -111,6 +118,7 @@ class Sender:
             return False
         self._final_deadline = self._clock() + timeout
         self._final_snapshot = final
+        rejected_before = self.rejected
         self._stop.set()
         self._wake.set()
         delivered = self._done.wait(timeout + 0.5)
@@ -120,7 +128,11 @@ class Sender:
                 timeout,
                 self.last_error or "no answer",
             )
-        return delivered and self.wire.pending() is None
+        return delivered and self.wire.pending() is None and self.rejected == rejected_before
+
+    def wait_done(self, timeout: float) -> bool:
+        """Wait for the thread to finish its final flush (a SIGTERM during ``finish()`` does)."""
+        return self._done.wait(timeout)
 
     def abandon(self) -> None:
         """Stop without sending (a forked child, a disabled run)."""
@@ -170,9 +182,15 @@ class Sender:
             return
         self._collect(self._clock(), self._final_snapshot)
         while self._clock() < deadline:
+            early = self._not_before - self._clock()
+            if early > 0:  # the server said when to come back
+                time.sleep(min(early, max(deadline - self._clock(), 0.0)))
+                continue
             if self._send_pending(deadline=deadline):
                 return
-            pause = min(max(self._retry_at - self._clock(), 0.0), _FLUSH_RETRY, deadline - self._clock())
+            now = self._clock()
+            pause = min(max(self._retry_at - now, 0.0), _FLUSH_RETRY)
+            pause = min(max(pause, self._not_before - now), deadline - now)  # Retry-After holds here too
             if pause > 0:
                 time.sleep(pause)
 
@@ -223,6 +241,7 @@ class Sender:
         )
         headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": self._user_agent}
         try:
+            self._last_request = self._clock()
             response = self.transport.request("POST", url, headers=headers, body=body, timeout=timeout)
         except TransportError as exc:
             self._failed(f"{url} unreachable: {exc}")
@@ -258,6 +277,7 @@ class Sender:
         if self._token.error:
             self._warn_once("token", "stepwatch: %s", self._token.error)
         try:
+            self._last_request = self._clock()
             response = self.transport.request("POST", self.wire.url, headers=headers, body=body, timeout=timeout)
         except TransportError as exc:
             self._failed(f"{self.wire.url} unreachable: {exc}")
@@ -288,6 +308,7 @@ class Sender:
                 f"reject{status}", "stepwatch: the server rejected a report (%s)%s; it is dropped", status, detail
             )
             self.wire.rejected()
+            self.rejected += 1
             return True
         return False
 
@@ -296,9 +317,12 @@ class Sender:
         self._failures += 1
         delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** min(self._failures - 1, 10))
         delay *= 0.5 + 0.5 * self._random()
+        now = self._clock()
         if retry_after is not None:
             delay = max(delay, min(retry_after, 600.0))
-        self._retry_at = self._clock() + delay
+            self._not_before = now + min(retry_after, 600.0)
+        delay = max(delay, self._last_request + self._min_gap - now)
+        self._retry_at = now + delay
         if self._failures == 1:
             _log.info("stepwatch: %s; retrying in %.1f s", why, delay)
 

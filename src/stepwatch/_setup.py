@@ -111,6 +111,7 @@ def make_sender(
         request_timeout=settings.request_timeout,
         user_agent=f"stepwatch/{__version__} python/{sys.version_info[0]}.{sys.version_info[1]}",
         registration=registration,
+        min_gap=LIMITS.min_kubeflow_interval_s if plan.mode == "kubeflow" else 0.0,
     )
 
 

@@ -117,7 +117,7 @@ class _Series:
             else:
                 try:
                     out[i] = float(value)
-                except (TypeError, ValueError, OverflowError):
+                except Exception:  # a user's object may raise anything from __float__
                     buffer.drop(name, f"a value of type {cls.__name__} is not a number")
         if device and on_training_thread:  # only values already in host memory may be read here
             held = [i for i in device if not _on_cpu(values[i])]
@@ -221,8 +221,12 @@ class WindowBuffer:
             self._appends = {}
         windows = []
         for name, s in series.items():
-            s.reduce(self, name, on_training_thread=False)
-            window = s.window(name)
+            try:  # one metric that cannot be read must not take the others with it
+                s.reduce(self, name, on_training_thread=False)
+                window = s.window(name)
+            except Exception as exc:
+                self.drop(name, f"its window could not be closed ({type(exc).__name__}: {exc})")
+                continue
             if window is not None:
                 windows.append(window)
         return windows
@@ -298,5 +302,5 @@ def _stack_into(torch: Any, values: list[Any], indices: list[int], out: list[flo
 def _one_float(value: Any) -> float | None:
     try:
         return float(value)
-    except (TypeError, ValueError, OverflowError, RuntimeError):
+    except Exception:
         return None

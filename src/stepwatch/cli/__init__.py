@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
-
-import importlib
 
 from .._version import __version__
 
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: tuple[str, ...] = ("config", "server", "run", "demo")
+COMMANDS: tuple[str, ...] = ("config", "server", "run", "demo", "jobs", "watch", "stop")
 """Command modules, in the order of ``stepwatch --help``; each has ``register(subparsers)``."""
 
 

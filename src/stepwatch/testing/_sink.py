@@ -83,7 +83,7 @@ class ReportSink:
         self._port = port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # wait_for predicates may call the accessors, which lock too
         self._changed = threading.Condition(self._lock)
         self._script: deque[_Scripted] = deque()
         self._seen: set[tuple[str, int, int]] = set()

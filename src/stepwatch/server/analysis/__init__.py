@@ -4,6 +4,19 @@ Nothing here does I/O or keeps state: the functions take what the store returns 
 routes and policies show. Standard library only.
 """
 
+from .downsample import Columns, Point, WindowLike, downsample, downsample_columns
 from .eta import DEFAULT_PARAMS, Estimate, EtaParams, Method, estimate_eta, lifetime_average_eta
 
-__all__ = ["DEFAULT_PARAMS", "Estimate", "EtaParams", "Method", "estimate_eta", "lifetime_average_eta"]
+__all__ = [
+    "DEFAULT_PARAMS",
+    "Columns",
+    "Estimate",
+    "EtaParams",
+    "Method",
+    "Point",
+    "WindowLike",
+    "downsample",
+    "downsample_columns",
+    "estimate_eta",
+    "lifetime_average_eta",
+]

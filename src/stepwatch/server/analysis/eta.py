@@ -55,7 +55,7 @@ class EtaParams:
     """A chunk whose time per step differs from the window's so far by more than this fraction
     belongs to another regime (warm-up, throttling): the window stops before it."""
     min_pause: float = 10.0
-    """Shortest standstill counted as a pause (also at least 3 report intervals and 3 step times)."""
+    """Shortest standstill counted as a pause (also at least 1.5 report intervals and 3 step times)."""
     pause_memory: int = 8
     """How many recent pauses give the typical pause length."""
     grace: float = 30.0
@@ -134,18 +134,22 @@ def estimate_eta(
     ``now`` defaults to the time of the newest sample; pass the clock to see a stall develop while
     no report arrives. ``reported_eta`` is the job's own estimate of remaining seconds, made at
     ``reported_at`` (default: the newest sample, else ``now``): it is preferred when present, unless
-    the job is stalled or done. Samples with a non-finite time are ignored; out-of-order samples
-    are sorted by time. Never raises for odd histories: it answers ``insufficient`` instead.
+    the job is stalled or done. Samples with a non-finite time or step are ignored; out-of-order
+    samples are sorted by time. Never raises for odd histories: it answers ``insufficient`` instead.
     """
     points = _clean(samples)
     start = _segment_start(points)
     segment = points[start:]
     last_t = segment[-1][0] if segment else None
+    if now is not None and not math.isfinite(now):
+        now = None
     if now is None:
         now = last_t if last_t is not None else reported_at
     elif last_t is not None and now < last_t:
         now = last_t
     reported = reported_eta if reported_eta is not None and math.isfinite(reported_eta) and reported_eta >= 0 else None
+    if reported_at is None:
+        reported_at = last_t if last_t is not None else now
 
     if not segment or now is None:
         if reported is not None:
@@ -184,26 +188,11 @@ def estimate_eta(
     if a.overdue > stall_limit:
         return replace(base, rate=0.0, method="stalled")
 
-    own: tuple[float, float, float] | None = None
-    if total_steps is not None and a.spt is not None:
-        remaining = total_steps - step
-        pauses = 0.0
-        if a.pause_seconds and a.pause_every and a.last_pause_step is not None:
-            # pauses at last_pause_step + k * pause_every, from the next one up to the last step
-            last = math.floor((total_steps - a.last_pause_step) / a.pause_every + 0.1)
-            count = max(last - _first_pause_ahead(a.last_pause_step, a.pause_every, step) + 1, 0)
-            spent = min(a.standing, a.pause_seconds) if a.pause_due else 0.0
-            pauses = max(count * a.pause_seconds - spent, 0.0)
-
-        def eta_at(spt: float) -> float:
-            return remaining * spt * factor + pauses
-
-        assert a.spt_low is not None and a.spt_high is not None
-        own = (eta_at(a.spt), eta_at(a.spt_low), eta_at(a.spt_high))
+    own = _own_eta(a, total_steps, factor)
 
     if reported is not None:
-        age = max(now - reported_at, 0.0) if reported_at is not None else 0.0
-        eta = max(reported - age, 0.0)
+        # aged since it was made; when progress is overdue, inflated like stepwatch's own estimate
+        eta = max(reported - max(now - (reported_at if reported_at is not None else now), 0.0), 0.0)
         if a.overdue > 0:
             eta = (eta + a.overdue) * factor
         low, high = (min(eta, own[1]), max(eta, own[2])) if own else (eta, eta)
@@ -241,9 +230,26 @@ def lifetime_average_eta(
 # ------------------------------------------------------------------------------------------------
 
 
+def _own_eta(a: _Analysis, total_steps: int | None, factor: float) -> tuple[float, float, float] | None:
+    """stepwatch's ETA and its spread (fastest and slowest chunk), or ``None`` without a rate or total."""
+    if total_steps is None or a.spt is None or a.spt_low is None or a.spt_high is None:
+        return None
+    remaining = total_steps - a.step
+    pauses = 0.0
+    if a.pause_seconds and a.pause_every and a.last_pause_step is not None:
+        # pauses at last_pause_step + k * pause_every, from the next one up to the last step; the time
+        # already spent in one that is due now is not counted twice
+        last = math.floor((total_steps - a.last_pause_step) / a.pause_every + 0.1)
+        count = max(last - _first_pause_ahead(a.last_pause_step, a.pause_every, a.step) + 1, 0)
+        spent = min(a.standing, a.pause_seconds) if a.pause_due else 0.0
+        pauses = max(count * a.pause_seconds - spent, 0.0)
+    stepping = remaining * factor
+    return stepping * a.spt + pauses, stepping * a.spt_low + pauses, stepping * a.spt_high + pauses
+
+
 def _clean(samples: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
     """Samples with a finite time, in time order (a stable sort keeps report order for equal times)."""
-    points = [(float(t), int(s)) for t, s in samples if math.isfinite(t)]
+    points = [(float(t), int(s)) for t, s in samples if math.isfinite(t) and math.isfinite(s)]
     if any(points[i][0] < points[i - 1][0] for i in range(1, len(points))):
         points.sort(key=lambda p: p[0])
     return points
@@ -318,20 +324,34 @@ def _split(
     """Split the intervals between progress events into stepping ones and pauses.
 
     An interval is a pause when it took longer than its steps explain (at the typical time per step)
-    by more than a threshold; the excess is the pause's length.
+    by more than a threshold; that excess is the pause's length. A pause begins inside the interval
+    before it (the last report before the standstill came some time before it began), so that
+    interval's own excess moves to the pause. A standstill in the first interval is start-up (with no
+    report between the start and the first progress) and counts as neither.
     """
-    threshold = max(params.min_pause, 3 * report_interval, 3 * typical)
+    threshold = max(params.min_pause, 1.5 * report_interval, 3 * typical)
     moving: list[tuple[float, int]] = []
     pauses: _Pauses = []
-    for dt, ds, at in intervals:
+    before: float | None = None  # the previous interval's excess if it was a stepping one
+    for i, (dt, ds, at) in enumerate(intervals):
         stepping = ds * typical
         excess = dt - stepping
         if excess <= threshold:
             moving.append((dt, ds))
-        elif stepping <= max(2 * report_interval, excess / 4):
-            pauses.append((at, excess))
-        else:
+            before = excess
+            continue
+        if i == 0:
+            pass  # start-up
+        elif stepping > max(2 * report_interval, excess / 4) or (before is None and pauses and pauses[-1][1] is None):
+            # Reports went missing over a stretch with both steps and standstill, or the standstill
+            # began in such a stretch: how many pauses it holds, and how long, is unknown.
             pauses.append((at + ds, None))
+        else:
+            if before is not None and before > 0:
+                moving[-1] = (moving[-1][0] - before, moving[-1][1])
+                excess += before
+            pauses.append((at, excess))
+        before = None
     return moving, pauses
 
 
@@ -397,7 +417,7 @@ def _stepping_time(
     for dt, ds in chunks[1:]:
         ratio = (dt / ds) / (window_dt / window_ds)
         if max(ratio, 1 / ratio) - 1 > params.regime_change:
-            break
+            break  # an older regime (warm-up, another phase) ends the window
         window_dt += dt
         window_ds += ds
         rates.append(dt / ds)

@@ -1,0 +1,258 @@
+"""What the job commands share: how figures read (durations, percent, ETA, loss, age), the one table
+renderer (rich on a terminal, plain aligned text when piped), and the flags and messages about the server.
+
+Standard library only at import: ``rich`` is imported when a table is drawn on a terminal, so that
+``stepwatch --help`` stays fast and a missing ``rich`` only costs the colours.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, TextIO
+
+__all__ = [
+    "CLIENT_HINT",
+    "END_STATES",
+    "Cell",
+    "add_server_flags",
+    "age",
+    "clock_time",
+    "duration",
+    "epoch_text",
+    "eta_text",
+    "is_terminal",
+    "loss_of",
+    "loss_text",
+    "missing_client",
+    "number",
+    "percent",
+    "plain_table",
+    "print_table",
+    "rate_text",
+    "rich_table",
+    "state_style",
+    "step_text",
+    "unreachable",
+]
+
+CLIENT_HINT = "pip install 'stepwatch[client]'"
+END_STATES = frozenset({"finished", "failed", "stopped"})
+LOSS_KEYS = ("loss", "train/loss", "train_loss")
+"""Where the training loss is found: the first of these a job reports."""
+
+_STATE_STYLES = {
+    "pending": "dim",
+    "running": "cyan",
+    "finished": "green",
+    "failed": "bold red",
+    "stopped": "yellow",
+}
+
+
+# ------------------------------------------------------------------------------------ figures
+
+
+def duration(seconds: float | None) -> str:
+    """``45s``, ``3m12s``, ``1h02m``, ``2d03h``; ``-`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    total = max(round(seconds), 0)
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def percent(value: float | None) -> str:
+    """``12.3%`` (rounded down, so a job at 99.96 % does not read as done), ``100%``; ``-`` when unknown."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value >= 100:
+        return "100%"
+    return f"{math.floor(max(value, 0.0) * 10) / 10:.1f}%"
+
+
+def number(value: float | None) -> str:
+    """A count without trailing zeros: ``3``, ``1.5``, ``1.33``; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def step_text(progress: Mapping[str, Any]) -> str:
+    """``1200/10000``, or ``1200`` without a total; ``-`` before the first step."""
+    step, total = progress.get("step"), progress.get("total_steps")
+    if step is None:
+        return "-"
+    return f"{step}/{total}" if total else str(step)
+
+
+def epoch_text(progress: Mapping[str, Any]) -> str:
+    """``1.5/3``, or ``1.5`` without a total; ``-`` when the job counts no epochs."""
+    epoch, total = progress.get("epoch"), progress.get("total_epochs")
+    if epoch is None:
+        return "-"
+    return f"{number(epoch)}/{number(total)}" if total else number(epoch)
+
+
+def eta_text(remaining: float | None) -> str:
+    """Time left: ``-`` when unknown (also for a job that failed or was stopped), ``0s`` when done."""
+    return duration(remaining)
+
+
+def loss_of(metrics: Mapping[str, Any]) -> float | str | None:
+    """The training loss as the API gives it (a number, or ``"NaN"``/``"Infinity"``), if the job has one."""
+    for key in LOSS_KEYS:
+        if metrics.get(key) is not None:
+            value: float | str = metrics[key]
+            return value
+    return None
+
+
+def loss_text(value: float | str | None) -> str:
+    """``0.0123``, ``1.23e-05``, ``NaN``, ``Inf``, ``-Inf``; ``-`` when the job reports no loss."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):  # the API's spelling of non-finite values
+        return {"NaN": "NaN", "Infinity": "Inf", "-Infinity": "-Inf"}.get(value, value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Inf" if value > 0 else "-Inf"
+    return f"{value:.4g}"
+
+
+def rate_text(value: float | None) -> str:
+    """Steps per second: ``0.85``, ``12.5``, ``240``; ``-`` when unknown."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if abs(value) < 10:
+        return f"{value:.2f}"
+    if abs(value) < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def age(since: float | None, now: float | None = None) -> str:
+    """How long ago ``since`` (a Unix time) was, as a duration."""
+    if since is None:
+        return "-"
+    return duration((time.time() if now is None else now) - since)
+
+
+def clock_time(when: float | None, now: float | None = None) -> str:
+    """A local clock time: ``14:05`` today, ``Tue 14:05`` within a week, else ``2025-03-01 14:05``."""
+    if when is None or not math.isfinite(when):
+        return "-"
+    now = time.time() if now is None else now
+    moment, today = time.localtime(when), time.localtime(now)
+    if moment[:3] == today[:3]:
+        return time.strftime("%H:%M", moment)
+    if 0 <= when - now < 6 * 86400:
+        return time.strftime("%a %H:%M", moment)
+    return time.strftime("%Y-%m-%d %H:%M", moment)
+
+
+def state_style(state: str) -> str:
+    """The rich style of a job state."""
+    return _STATE_STYLES.get(state, "")
+
+
+# -------------------------------------------------------------------------------------- tables
+
+
+class Cell(NamedTuple):
+    """A table cell with a rich style (used on a terminal only)."""
+
+    text: str
+    style: str = ""
+
+
+Row = Sequence["str | Cell"]
+
+
+def _text(cell: str | Cell) -> str:
+    return cell.text if isinstance(cell, Cell) else cell
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is an interactive terminal (then rich draws; otherwise plain text)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Row]) -> str:
+    """Left-aligned columns three spaces apart, like ``kubectl get``; no trailing spaces."""
+    table = [list(headers), *([_text(c) for c in row] for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
+
+
+def rich_table(headers: Sequence[str], rows: Sequence[Row]) -> Any:
+    """The same table as a rich renderable (borderless, like ``kubectl get``, with coloured cells)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, padding=(0, 0, 0, 3), header_style="bold")
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(c.text, style=c.style) if isinstance(c, Cell) else Text(c) for c in row))
+    return table
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Row], out: TextIO | None = None) -> None:
+    """Print a table: rich on a terminal (plain when rich is missing), plain aligned text when piped."""
+    out = sys.stdout if out is None else out
+    if is_terminal(out):
+        try:
+            from rich.console import Console
+        except ImportError:
+            pass
+        else:
+            Console(file=out).print(rich_table(headers, rows))
+            return
+    print(plain_table(headers, rows), file=out, flush=True)
+
+
+# ------------------------------------------------------------------------ server flags, messages
+
+
+def add_server_flags(parser: Any) -> None:
+    """``--server URL`` and ``-n/--namespace NS``, the same on every job command."""
+    parser.add_argument(
+        "--server",
+        metavar="URL",
+        help="stepwatch server (default: $STEPWATCH_SERVER, $STEPWATCH_URL, else http://127.0.0.1:8642)",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=os.environ.get("STEPWATCH_NAMESPACE") or "default",
+        help="namespace of the job(s) (default: $STEPWATCH_NAMESPACE, else default)",
+    )
+
+
+def unreachable(url: str) -> str:
+    """The one line shown when no server answers."""
+    return f"no stepwatch server at {url}: start one with `stepwatch server`, or run a job with `stepwatch run -- ...`"
+
+
+def missing_client(command: str, exc: ImportError) -> int:
+    """Say how to install what a command needs when the client cannot be imported; exit status 1."""
+    print(f"stepwatch {command} needs the HTTP client ({exc}): {CLIENT_HINT}", file=sys.stderr)
+    return 1

@@ -1,0 +1,313 @@
+"""``stepwatch watch NAME``: follow one job live until it ends, then say how it ended.
+
+Exit status: 0 finished, 1 failed (or no server), 2 stopped, 3 no such job, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ._format import (
+    END_STATES,
+    add_server_flags,
+    duration,
+    eta_text,
+    is_terminal,
+    loss_of,
+    loss_text,
+    missing_client,
+    percent,
+    rate_text,
+    step_text,
+    unreachable,
+)
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+__all__ = ["EXIT_CODES", "Feed", "outcome", "progress_line", "register", "run"]
+
+EXIT_CODES = {"finished": 0, "failed": 1, "stopped": 2}
+NOT_FOUND = 3
+INTERRUPTED = 130
+POLL_AFTER_S = 3.0
+"""Read the job again when the stream has said nothing for this long (it may have ended unseen)."""
+LINE_EVERY_S = 2.0
+"""When piped, a progress line at most this often."""
+
+
+def register(commands: Any) -> None:
+    """Add the ``watch`` command."""
+    parser = commands.add_parser(
+        "watch",
+        help="follow one job live until it ends",
+        description=(
+            "Follow a job live (a progress bar on a terminal, a line every 2 s when piped) until it ends, then "
+            "print how it ended. Exit status: 0 finished, 1 failed, 2 stopped, 3 no such job."
+        ),
+    )
+    parser.add_argument("name", metavar="NAME", help="the job")
+    add_server_flags(parser)
+    parser.set_defaults(run=run)
+
+
+class Feed:
+    """The server's live stream, read in a daemon thread into a queue, so that the reader can keep time.
+
+    The stream iterator blocks in a socket read with no timeout, so it cannot be stopped from outside:
+    :meth:`close` makes the thread drop what still arrives and end at the next update or when the
+    connection ends; a command that returns leaves it behind, and the process exit takes it down. When
+    the connection drops, the thread reconnects (backing off up to 10 s) and then sends a ``resync``,
+    since what happened in between is not replayed.
+    """
+
+    def __init__(self, url: str, name: str | None = None, namespace: str | None = None) -> None:
+        self._url = url
+        self._name = name
+        self._namespace = namespace
+        self._queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="stepwatch-feed", daemon=True)
+
+    def start(self) -> Feed:
+        """Start reading."""
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop handing out updates."""
+        self._stop.set()
+
+    def get(self, timeout: float) -> tuple[str, dict[str, Any]] | None:
+        """The next ``(kind, data)``, or ``None`` after ``timeout`` seconds; re-raises the reader's error."""
+        try:
+            kind, data = self._queue.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return None
+        if kind == "error":
+            raise data["error"]
+        return kind, data
+
+    def _read(self) -> None:
+        from ..client import Client, ServerUnreachable
+
+        client = Client(self._url)
+        delay = 0.5
+        reconnected = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    for kind, data in client.stream(name=self._name, namespace=self._namespace, reconnect=False):
+                        if self._stop.is_set():
+                            return
+                        if reconnected:  # what changed while the stream was down is not replayed: re-read
+                            self._queue.put(("resync", {"reason": "the live stream was reconnected"}))
+                            reconnected, delay = False, 0.5
+                        if kind in ("job", "resync"):
+                            self._queue.put((kind, data))
+                except ServerUnreachable:
+                    pass
+                reconnected = True
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, 10.0)
+        except Exception as exc:  # handed to the reader, which says what went wrong
+            if not self._stop.is_set():
+                self._queue.put(("error", {"error": exc}))
+        finally:
+            client.close()
+
+
+# ----------------------------------------------------------------------------------- the text
+
+
+def progress_line(view: dict[str, Any], remaining: float | None = None) -> str:
+    """One line of progress: ``default/bert running 45.0% step 1350/3000 ETA 1m10s loss 0.123 4.50 steps/s``."""
+    progress = view.get("progress") or {}
+    if remaining is None:
+        remaining = (view.get("eta") or {}).get("remaining_seconds")
+    return (
+        f"{view['namespace']}/{view['name']} {view['state']} {percent(progress.get('percent'))} "
+        f"step {step_text(progress)} ETA {eta_text(remaining)} loss {loss_text(loss_of(view.get('metrics') or {}))} "
+        f"{rate_text(progress.get('steps_per_second'))} steps/s"
+    )
+
+
+def outcome(view: dict[str, Any]) -> tuple[str, int]:
+    """How an ended job ended, and the exit status that says it."""
+    state = view["state"]
+    who = f"{view['namespace']}/{view['name']}"
+    progress = view.get("progress") or {}
+    at_step = f"at step {step_text(progress)}" if progress.get("step") is not None else ""
+    loss = loss_of(view.get("metrics") or {})
+    if state == "finished":
+        elapsed = (view.get("times") or {}).get("elapsed_seconds")
+        parts = [f"{who} finished"]
+        if elapsed is not None:
+            parts.append(f"in {duration(elapsed)}")
+        if at_step:
+            parts.append(at_step)
+        text = " ".join(parts)
+        if loss is not None:
+            text += f", loss {loss_text(loss)}"
+        return text, EXIT_CODES["finished"]
+    reason = view.get("reason") or "no reason given"
+    details = [f"exit code {view['exit_code']}"] if view.get("exit_code") is not None else []
+    if at_step:
+        details.append(at_step)
+    text = f"{who} {state}: {reason}" + (f" ({', '.join(details)})" if details else "")
+    return text, EXIT_CODES.get(state, 1)
+
+
+# -------------------------------------------------------------------------------- the displays
+
+
+class _Lines:
+    """Piped: a plain line when something changed, at most every :data:`LINE_EVERY_S` seconds."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._last_line = ""
+        self._last_at = -LINE_EVERY_S
+
+    def __enter__(self) -> _Lines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def show(self, view: dict[str, Any], remaining: float | None) -> None:
+        line = progress_line(view, remaining)
+        now = time.monotonic()
+        if line != self._last_line and now - self._last_at >= LINE_EVERY_S:
+            print(line, file=self._out, flush=True)
+            self._last_line, self._last_at = line, now
+
+
+class _Bar:
+    """On a terminal: a rich progress bar with percent, step/total, ETA, loss and steps/s."""
+
+    def __init__(self, out: TextIO, title: str) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[percent]:>6}"),
+            TextColumn("step {task.fields[step]}"),
+            TextColumn("ETA {task.fields[eta]}"),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[rate]} steps/s"),
+            TextColumn("{task.fields[state]}"),
+            console=Console(file=out),
+        )
+        self._task = self._progress.add_task(
+            title, total=None, percent="-", step="-", eta="-", loss="-", rate="-", state=""
+        )
+
+    def __enter__(self) -> _Bar:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def show(self, view: dict[str, Any], remaining: float | None) -> None:
+        progress = view.get("progress") or {}
+        value = progress.get("percent")
+        self._progress.update(
+            self._task,
+            total=100.0 if value is not None else None,
+            completed=value or 0.0,
+            percent=percent(value),
+            step=step_text(progress),
+            eta=eta_text(remaining),
+            loss=loss_text(loss_of(view.get("metrics") or {})),
+            rate=rate_text(progress.get("steps_per_second")),
+            state=view["state"],
+        )
+
+
+def _display(out: TextIO, title: str) -> _Bar | _Lines:
+    if is_terminal(out):
+        try:
+            return _Bar(out, title)
+        except ImportError:
+            pass
+    return _Lines(out)
+
+
+# ------------------------------------------------------------------------------------ the command
+
+
+def run(args: argparse.Namespace) -> int:
+    """Follow the job; print its outcome; the exit status says how it ended."""
+    try:
+        from ..client import ApiError, Client, NotFound, ServerUnreachable, server_url
+    except ImportError as exc:
+        return missing_client("watch", exc)
+    url = server_url(args.server)
+    who = f"{args.namespace}/{args.name}"
+    with Client(url) as client:
+        try:
+            view = client.job(args.name, args.namespace)
+            if view["state"] not in END_STATES:
+                view = follow(client, view, sys.stdout)
+        except NotFound:
+            print(f"stepwatch watch: no job {who} at {url} (`stepwatch jobs -A` lists them)", file=sys.stderr)
+            return NOT_FOUND
+        except ServerUnreachable:
+            print(unreachable(url), file=sys.stderr)
+            return 1
+        except ApiError as exc:
+            print(f"stepwatch watch: {exc.message}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return INTERRUPTED
+    text, status = outcome(view)
+    print(text, flush=True)
+    return status
+
+
+def follow(client: Client, view: dict[str, Any], out: TextIO) -> dict[str, Any]:
+    """Show the job's progress from the live stream until it ends; return its last view."""
+    from ..client import ServerUnreachable
+
+    feed = Feed(client.url, name=view["name"], namespace=view["namespace"]).start()
+    received = time.monotonic()
+    heard = received
+    said_lost = False
+    try:
+        with _display(out, f"{view['namespace']}/{view['name']}") as display:
+            while view["state"] not in END_STATES:
+                remaining = (view.get("eta") or {}).get("remaining_seconds")
+                if remaining is not None:  # counted down here between updates, as the server does
+                    remaining = max(remaining - (time.monotonic() - received), 0.0)
+                display.show(view, remaining)
+                item = feed.get(timeout=0.5)
+                fresh: dict[str, Any] | None = None
+                if item is not None and item[0] == "job":
+                    heard = time.monotonic()
+                    if item[1]["job"]["attempt"] >= view["attempt"]:
+                        fresh = item[1]["job"]
+                elif item is not None or time.monotonic() - heard >= POLL_AFTER_S:  # resync, or quiet too long
+                    heard = time.monotonic()
+                    try:
+                        fresh = client.job(view["name"], view["namespace"])
+                        said_lost = False
+                    except ServerUnreachable:
+                        if not said_lost:
+                            print(f"stepwatch watch: lost the server at {client.url}; retrying", file=sys.stderr)
+                            said_lost = True
+                if fresh is not None:
+                    view, received = fresh, time.monotonic()
+            display.show(view, (view.get("eta") or {}).get("remaining_seconds"))
+    finally:
+        feed.close()
+    return view
