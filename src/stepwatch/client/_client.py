@@ -163,20 +163,30 @@ class Client:
     def stream(
         self, name: str | None = None, namespace: str | None = None, reconnect: bool = True
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Live updates as ``(kind, data)``: ``job``, ``points``, ``event``, ``resync``; reconnects and resumes."""
+        """Live updates as ``(kind, data)``.
+
+        Kinds: ``job``, ``points``, ``event``, ``resync`` (state was missed: read it again; also
+        after every reconnection) and ``heartbeat`` (the server's keep-alive, every 15 s: a chance
+        for the caller to stop). A silent connection is given up after 45 s; with ``reconnect`` the
+        stream comes back by itself, resuming from the last event id.
+        """
         params = {k: v for k, v in (("job", name), ("namespace", namespace)) if v}
         last_id: str | None = None
         delay = 0.5
+        connected_before = False
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
             try:
                 with self._http.stream(
-                    "GET", "/api/v1/events", params=params, headers=headers, timeout=httpx.Timeout(10.0, read=None)
+                    "GET", "/api/v1/events", params=params, headers=headers, timeout=httpx.Timeout(10.0, read=45.0)
                 ) as response:
                     if response.status_code >= 400:
                         response.read()
                         raise error_for(response.status_code, _json_or_none(response.content))
                     delay = 0.5
+                    if connected_before:
+                        yield "resync", {"reason": "reconnected"}
+                    connected_before = True
                     kind, data, event_id = "message", "", None
                     for line in response.iter_lines():
                         if line == "":
@@ -185,6 +195,8 @@ class Client:
                                     last_id = event_id
                                 yield kind, json.loads(data)
                             kind, data, event_id = "message", "", None
+                        elif line.startswith(":"):
+                            yield "heartbeat", {}
                         elif line.startswith("event:"):
                             kind = line[6:].strip()
                         elif line.startswith("data:"):
