@@ -1,0 +1,186 @@
+"""The local runner and the demo, end to end: real server, real subprocesses, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stepwatch.cli.run import job_name_for
+
+ROOT = Path(__file__).parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """A real `stepwatch server` in a subprocess."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "server", "--port", str(port), "--db", str(tmp_path / "sw.db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(url + "/healthz", timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+def job(url: str, name: str) -> dict:
+    return httpx.get(f"{url}/api/v1/namespaces/default/jobs/{name}", timeout=5).json()
+
+
+def stepwatch_run(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stepwatch", "run", "--server", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "STEPWATCH_INTERVAL": "0.1"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (["python", "train.py", "--lr", "1"], "train"),
+        (["torchrun", "--nproc-per-node", "2", "scripts/Fine_Tune.py"], "fine-tune"),
+        (["python", "-m", "pkg.trainer"], "trainer"),
+        (["./run-experiment"], "run-experiment"),
+    ],
+)
+def test_job_names_come_from_the_script(command: list[str], name: str) -> None:
+    assert job_name_for(command) == name
+
+
+def test_an_instrumented_script_reports_and_its_outcome_is_recorded(server: str, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import stepwatch, time\n"
+        "run = stepwatch.init(total_steps=50)\n"
+        "for i in range(50):\n"
+        "    run.step(loss=1 / (i + 1))\n"
+        "    time.sleep(0.01)\n"
+        "print('trained')\n"
+    )
+    done = stepwatch_run(server, "--", sys.executable, str(script))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "trained\n"  # output passes through unchanged
+    assert "job default/train (attempt 1)" in done.stderr
+    found = job(server, "train")
+    assert (found["state"], found["progress"]["step"], found["exit_code"]) == ("finished", 50, 0)
+    assert found["source"] == "runner"
+
+
+def test_a_failing_command_is_failed_with_its_exit_code(server: str) -> None:
+    done = stepwatch_run(server, "--name", "boom", "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert done.returncode == 3
+    found = job(server, "boom")
+    assert (found["state"], found["exit_code"], found["reason"]) == ("failed", 3, "exit code 3")
+
+
+def test_a_command_that_cannot_start(server: str) -> None:
+    done = stepwatch_run(server, "--name", "nope", "--", "/nonexistent/program")
+    assert done.returncode == 127
+    assert "cannot start '/nonexistent/program'" in done.stderr
+    assert job(server, "nope")["state"] == "failed"
+
+
+def test_stop_is_enforced_after_the_grace_period(server: str) -> None:
+    """A script that ignores the stop command is terminated once its grace period is over."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "run", "--server", server, "--name", "stubborn", "--grace", "1", "--",
+         sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    for _ in range(100):
+        if job(server, "stubborn").get("state") == "running":
+            break
+        time.sleep(0.1)
+    began = time.monotonic()
+    answer = httpx.post(
+        f"{server}/api/v1/namespaces/default/jobs/stubborn/commands", json={"kind": "stop", "reason": "plateau"}
+    )
+    assert answer.status_code == 201
+    _, err = process.communicate(timeout=30)
+    assert time.monotonic() - began < 15
+    assert "stop requested (plateau)" in err and "grace period over" in err
+    found = job(server, "stubborn")
+    assert (found["state"], found["reason"]) == ("stopped", "plateau")
+
+
+def test_ctrl_c_is_forwarded_and_the_job_is_stopped(server: str) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "run", "--server", server, "--name", "interrupted", "--",
+         sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(100):
+        if job(server, "interrupted").get("state") == "running":
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(20) == 130  # the child died of SIGINT: 128 + 2
+    assert job(server, "interrupted")["state"] == "stopped"
+
+
+def test_a_running_name_is_refused_clearly(server: str) -> None:
+    httpx.post(f"{server}/api/v1/namespaces/default/jobs", json={"name": "taken"})
+    done = stepwatch_run(server, "--name", "taken", "--", sys.executable, "-c", "pass")
+    assert done.returncode == 1
+    assert "cannot register default/taken" in done.stderr and "pending" in done.stderr
+
+
+def test_without_a_command_it_says_how() -> None:
+    done = subprocess.run([sys.executable, "-m", "stepwatch", "run"], capture_output=True, text=True)
+    assert done.returncode == 2 and "give the command after --" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_runs_four_jobs_and_ends_everything(tmp_path: Path) -> None:
+    port = free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "stepwatch", "demo", "--port", str(port), "--duration", "12", "--steps", "300",
+         "--step-delay", "0.01", "--db", str(tmp_path / "demo.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"server at http://127.0.0.1:{port}" in done.stdout
+    for name in ("fraud-converges", "fraud-diverges", "fraud-plateau", "fraud-hangs"):
+        assert name in done.stdout
+    with pytest.raises(httpx.TransportError):  # the server it started is gone
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+    from stepwatch.server.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "demo.db")
+    try:
+        jobs = {name: store.job("default", name) for name in ("fraud-converges", "fraud-diverges", "fraud-hangs")}
+    finally:
+        store.close()
+    converged, diverged, hung = jobs["fraud-converges"], jobs["fraud-diverges"], jobs["fraud-hangs"]
+    assert converged is not None and converged.state == "finished" and converged.step == 300
+    assert diverged is not None and diverged.nonfinite_total > 0
+    assert hung is not None and hung.state == "stopped" and hung.step is not None and hung.step < 200
