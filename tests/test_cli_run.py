@@ -161,7 +161,7 @@ def test_without_a_command_it_says_how() -> None:
 def test_the_demo_runs_four_jobs_and_ends_everything(tmp_path: Path) -> None:
     port = free_port()
     done = subprocess.run(
-        [sys.executable, "-m", "stepwatch", "demo", "--port", str(port), "--duration", "12", "--steps", "300",
+        [sys.executable, "-m", "stepwatch", "demo", "--port", str(port), "--duration", "15", "--steps", "500",
          "--step-delay", "0.01", "--db", str(tmp_path / "demo.db")],
         capture_output=True,
         text=True,
@@ -181,6 +181,6 @@ def test_the_demo_runs_four_jobs_and_ends_everything(tmp_path: Path) -> None:
     finally:
         store.close()
     converged, diverged, hung = jobs["fraud-converges"], jobs["fraud-diverges"], jobs["fraud-hangs"]
-    assert converged is not None and converged.state == "finished" and converged.step == 300
+    assert converged is not None and converged.state == "finished" and converged.step == 500
     assert diverged is not None and diverged.nonfinite_total > 0
-    assert hung is not None and hung.state == "stopped" and hung.step is not None and hung.step < 200
+    assert hung is not None and hung.state == "stopped" and hung.step is not None and hung.step < 300
