@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .analysis import estimate_eta
 from .store import Job, Store
 
 __all__ = ["HORIZON_S", "refresh_estimate"]
@@ -13,21 +14,18 @@ HORIZON_S = 3600.0
 
 
 def refresh_estimate(store: Store, job: Job, now: float) -> Job:
-    """Re-estimate the ETA of a job, store it with the job, and return the job with it."""
-    samples = store.progress_samples(job.id, since=now - HORIZON_S)
-    eta, rate = _estimate([(s.t, s.step) for s in samples], job.total_steps, now, reported_eta=job.reported_eta)
-    store.set_estimate(job.id, eta, rate, now)
-    return dataclasses.replace(job, eta_seconds=eta, eta_rate=rate, eta_at=now)
+    """Re-estimate the ETA of a job, store it with the job, and return the job with it.
 
-
-def _estimate(
-    samples: list[tuple[float, int]], total: int | None, now: float, reported_eta: float | None = None
-) -> tuple[float | None, float | None]:
-    """Placeholder until analysis.eta lands: the rate over the last ten minutes."""
-    recent = [(t, s) for t, s in samples if t >= now - 600]
-    if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
-        return reported_eta, None
-    rate = (recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0])
-    if total is None or rate <= 0:
-        return reported_eta, rate
-    return max(total - recent[-1][1], 0) / rate, rate
+    A job's own ETA is preferred when it sends one on the native API (it knows its schedule). An ETA
+    from an upstream Kubeflow client is the lifetime average (wrong for a resumed job, slow to see a
+    warm-up end), so for those jobs it is used only until the recent rate is known.
+    """
+    samples = [(s.t, s.step) for s in store.progress_samples(job.id, since=now - HORIZON_S)]
+    reported = job.reported_eta if job.source != "kubeflow" else None
+    estimate = estimate_eta(samples, job.total_steps, now=now, reported_eta=reported, reported_at=job.last_report_at)
+    if estimate.method == "insufficient" and job.reported_eta is not None:
+        estimate = estimate_eta(
+            samples, job.total_steps, now=now, reported_eta=job.reported_eta, reported_at=job.last_report_at
+        )
+    store.set_estimate(job.id, estimate.eta_seconds, estimate.rate, now)
+    return dataclasses.replace(job, eta_seconds=estimate.eta_seconds, eta_rate=estimate.rate, eta_at=now)

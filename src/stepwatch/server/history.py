@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .analysis import downsample
 from .store import SeriesPoint
 from .views import json_float
 
@@ -11,32 +12,11 @@ __all__ = ["downsampled"]
 
 
 def downsampled(points: list[SeriesPoint], max_points: int) -> list[dict[str, Any]]:
-    """At most ``max_points`` JSON points; placeholder bucketing until analysis.downsample lands."""
-    if len(points) > max_points:
-        size = -(-len(points) // max_points)
-        merged = []
-        for i in range(0, len(points), size):
-            bucket = points[i : i + size]
-            mins = [p.min for p in bucket if p.min is not None]
-            maxs = [p.max for p in bucket if p.max is not None]
-            finite = sum(p.count - p.nonfinite for p in bucket)
-            total = sum((p.mean or 0.0) * (p.count - p.nonfinite) for p in bucket)
-            merged.append(
-                SeriesPoint(
-                    step=bucket[-1].step,
-                    t=bucket[-1].t,
-                    last=bucket[-1].last,
-                    min=min(mins) if mins else None,
-                    max=max(maxs) if maxs else None,
-                    mean=total / finite if finite else None,
-                    count=sum(p.count for p in bucket),
-                    nonfinite=sum(p.nonfinite for p in bucket),
-                )
-            )
-        points = merged
+    """At most ``max_points`` JSON points per series (see :func:`analysis.downsample`)."""
     return [
         {
             "step": p.step,
+            "first_step": p.first_step,
             "t": p.t,
             "last": json_float(p.last),
             "min": p.min,
@@ -44,6 +24,7 @@ def downsampled(points: list[SeriesPoint], max_points: int) -> list[dict[str, An
             "mean": p.mean,
             "count": p.count,
             "nonfinite": p.nonfinite,
+            "windows": p.windows,
         }
-        for p in points
+        for p in downsample(points, max_points)
     ]

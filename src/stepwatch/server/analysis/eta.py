@@ -150,10 +150,10 @@ def estimate_eta(
     reported = reported_eta if reported_eta is not None and math.isfinite(reported_eta) and reported_eta >= 0 else None
     if reported_at is None:
         reported_at = last_t if last_t is not None else now
+    age = max(now - reported_at, 0.0) if now is not None and reported_at is not None else 0.0
 
     if not segment or now is None:
         if reported is not None:
-            age = max(now - reported_at, 0.0) if now is not None and reported_at is not None else 0.0
             eta = max(reported - age, 0.0)
             finish = now + eta if now is not None else None
             return Estimate(None, eta, finish, "reported", eta, eta)
@@ -192,7 +192,7 @@ def estimate_eta(
 
     if reported is not None:
         # aged since it was made; when progress is overdue, inflated like stepwatch's own estimate
-        eta = max(reported - max(now - (reported_at if reported_at is not None else now), 0.0), 0.0)
+        eta = max(reported - age, 0.0)
         if a.overdue > 0:
             eta = (eta + a.overdue) * factor
         low, high = (min(eta, own[1]), max(eta, own[2])) if own else (eta, eta)
@@ -248,7 +248,7 @@ def _own_eta(a: _Analysis, total_steps: int | None, factor: float) -> tuple[floa
 
 
 def _clean(samples: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
-    """Samples with a finite time, in time order (a stable sort keeps report order for equal times)."""
+    """Samples with a finite time and step, in time order (a stable sort keeps report order for ties)."""
     points = [(float(t), int(s)) for t, s in samples if math.isfinite(t) and math.isfinite(s)]
     if any(points[i][0] < points[i - 1][0] for i in range(1, len(points))):
         points.sort(key=lambda p: p[0])
