@@ -184,3 +184,27 @@ def test_the_demo_runs_four_jobs_and_ends_everything(tmp_path: Path) -> None:
     assert converged is not None and converged.state == "finished" and converged.step == 500
     assert diverged is not None and diverged.nonfinite_total > 0
     assert hung is not None and hung.state == "stopped" and hung.step is not None and hung.step < 300
+
+
+def test_a_port_already_in_use_is_said_clearly(server: str, tmp_path: Path) -> None:
+    port = server.rsplit(":", 1)[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "stepwatch", "server", "--port", port, "--db", str(tmp_path / "other.db")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unusable_database_url_is_said_clearly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "stepwatch", "server", "--database-url", "mysql://x/y"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "unsupported database URL 'mysql://x/y'" in done.stderr
