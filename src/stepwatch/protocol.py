@@ -32,6 +32,8 @@ from typing import Any, Final, Literal
 __all__ = [
     "API_VERSION",
     "COMMAND_KINDS",
+    "JOB_SORT_KEYS",
+    "JOB_STATES",
     "LIMITS",
     "REPORT_STATES",
     "BodyTooLarge",
@@ -66,6 +68,10 @@ API_VERSION: Final = "v1"
 ReportState = Literal["running", "finished", "failed", "stopped"]
 CommandKind = Literal["stop", "checkpoint"]
 REPORT_STATES: Final[tuple[str, ...]] = ("running", "finished", "failed", "stopped")
+JOB_STATES: Final[tuple[str, ...]] = ("pending", "running", "finished", "failed", "stopped")
+"""A job's lifecycle, as the API shows it (``pending`` until its first report)."""
+JOB_SORT_KEYS: Final[tuple[str, ...]] = ("name", "namespace", "state", "progress", "step", "created", "updated", "eta")
+"""What job lists can be sorted by (``-`` first for descending)."""
 COMMAND_KINDS: Final[tuple[str, ...]] = ("stop", "checkpoint")
 
 

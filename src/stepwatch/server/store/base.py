@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ...protocol import Command, MetricWindow, Report, TrainerStatus
+from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, MetricWindow, Report, TrainerStatus
 
 __all__ = [
     "JOB_STATES",
@@ -28,9 +28,8 @@ __all__ = [
     "StoreError",
 ]
 
-SORT_KEYS: tuple[str, ...] = ("name", "namespace", "state", "progress", "step", "created", "updated", "eta")
+SORT_KEYS: tuple[str, ...] = JOB_SORT_KEYS
 JobState = Literal["pending", "running", "finished", "failed", "stopped"]
-JOB_STATES: tuple[str, ...] = ("pending", "running", "finished", "failed", "stopped")
 FINAL_STATES = frozenset({"finished", "failed", "stopped"})
 
 
