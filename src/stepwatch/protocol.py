@@ -61,6 +61,7 @@ __all__ = [
     "sanitize_name",
     "validate_metric_name",
     "validate_name",
+    "validate_params",
 ]
 
 API_VERSION: Final = "v1"
@@ -791,6 +792,14 @@ def _check_run_id(value: object, field: str) -> None:
     assert isinstance(value, str)
     if not _RUN_ID_RE.fullmatch(value):
         raise ProtocolError(field, f"must use only letters, digits, '.', '_' and '-', got {_show(value)}")
+
+
+def validate_params(params: object) -> dict[str, ParamValue]:
+    """Return hyperparameters if they are a flat object of scalars within the limits, else raise."""
+    if not isinstance(params, dict):
+        raise ProtocolError("params", f"must be a JSON object, got {type(params).__name__}")
+    _check_params(params)
+    return params
 
 
 def _check_params(params: Mapping[str, Any]) -> None:

@@ -48,7 +48,7 @@ def create_app(
             404: f"no route for {request.method} {request.url.path}",
             405: f"{request.method} is not allowed on {request.url.path}",
         }.get(exc.status_code, str(exc.detail))
-        return error_response(exc.status_code, message)
+        return error_response(exc.status_code, message, headers=dict(exc.headers or {}))
 
     async def crash(request: Request, exc: Exception) -> JSONResponse:
         _log.exception("unexpected error on %s %s", request.method, request.url.path)

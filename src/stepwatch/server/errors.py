@@ -22,7 +22,7 @@ REASONS: dict[int, str] = {
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
-    409: "AlreadyExists",
+    409: "Conflict",
     413: "RequestEntityTooLarge",
     415: "UnsupportedMediaType",
     422: "Invalid",

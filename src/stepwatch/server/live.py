@@ -97,10 +97,11 @@ class Broadcaster:
                     yield ": keep-alive\n\n"
                     continue
                 sub.ready.clear()
-                if sub.lost:
-                    sub.lost = False
-                    yield 'event: resync\ndata: {"reason":"this client was too slow; read the state again"}\n\n'
-                while sub.queue:
+                while sub.queue or sub.lost:
+                    if sub.lost:  # said before any update that came after the gap
+                        sub.lost = False
+                        yield 'event: resync\ndata: {"reason":"this client was too slow; read the state again"}\n\n'
+                        continue
                     yield sub.queue.popleft().sse()
         finally:
             self._subscribers.discard(sub)

@@ -10,10 +10,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import COMMAND_KINDS, LIMITS, is_valid_metric_name
+from ...protocol import (
+    COMMAND_KINDS,
+    LIMITS,
+    ProtocolError,
+    is_valid_metric_name,
+    validate_name,
+    validate_params,
+)
 from ..errors import ApiError
 from ..history import downsampled
-from ..store import JOB_STATES, SORT_KEYS, Event, JobFilter
+from ..store import JOB_STATES, SORT_KEYS, Event, Job, JobFilter
 from ..views import job_view
 from .common import authorize, blocking, check_name, hash_token, read_json, require_job, services
 
@@ -21,16 +28,22 @@ __all__ = ["routes"]
 
 MAX_LIST = 10_000
 MAX_POINTS = 10_000
+MAX_OFFSET = 1_000_000_000
+MAX_ATTEMPT = 1_000_000_000
+MAX_EVENT_ID = 2**62
 
 
 async def register(request: Request) -> JSONResponse:
     """``POST /api/v1/namespaces/{namespace}/jobs``: a new job (or a new attempt) and its write token."""
     namespace = check_name(request.path_params["namespace"], "namespace")
     body = _object(await read_json(request))
-    name = body.get("name")
-    if not isinstance(name, str):
+    if body.get("name") is None:
         raise ApiError(422, "name is required: a Kubernetes name (lowercase letters, digits and '-')", "name")
-    check_name(name, "job")
+    try:
+        name = validate_name(body.get("name"), "name")
+        params = validate_params(body["params"]) if body.get("params") is not None else None
+    except ProtocolError as exc:
+        raise ApiError(422, exc.message, exc.field) from None
     fields: dict[str, Any] = {
         "total_steps": _optional_int(body, "total_steps", minimum=1),
         "total_epochs": _optional_number(body, "total_epochs", minimum=0.0),
@@ -39,9 +52,6 @@ async def register(request: Request) -> JSONResponse:
         "source": _choice(body, "source", ("native", "runner", "kubeflow"), "native"),
         "supersede": _flag(body, "supersede"),
     }
-    params = body.get("params")
-    if params is not None and not isinstance(params, dict):
-        raise ApiError(422, "params must be an object", "params")
     token = secrets.token_urlsafe(32)
     svc = services(request)
     try:
@@ -66,6 +76,8 @@ async def list_jobs(request: Request) -> JSONResponse:
     """``GET /api/v1/jobs`` and ``GET /api/v1/namespaces/{namespace}/jobs``: filter, sort, page."""
     q = request.query_params
     namespace = request.path_params.get("namespace") or q.get("namespace") or None
+    if namespace is not None:
+        check_name(namespace, "namespace")
     states = [s for s in q.get("state", "").split(",") if s]
     for state in states:
         if state not in JOB_STATES:
@@ -88,7 +100,7 @@ async def list_jobs(request: Request) -> JSONResponse:
         sort=sort,
         descending=descending,
         limit=int(_query_number(q.get("limit"), "limit", 1, MAX_LIST) or 1000),
-        offset=int(_query_number(q.get("offset"), "offset", 0, math.inf) or 0),
+        offset=int(_query_number(q.get("offset"), "offset", 0, MAX_OFFSET) or 0),
     )
     svc = services(request)
     jobs = await blocking(svc.store.jobs, where)
@@ -100,24 +112,31 @@ async def list_jobs(request: Request) -> JSONResponse:
 async def get_job(request: Request) -> JSONResponse:
     """``GET /api/v1/namespaces/{namespace}/jobs/{name}`` (``?attempt=N`` for an earlier attempt)."""
     svc = services(request)
-    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    attempt = request.query_params.get("attempt")
-    if attempt is not None:
-        number = int(_query_number(attempt, "attempt", 1, math.inf) or 1)
-        found = await blocking(svc.store.job, job.namespace, job.name, number)
-        if found is None:
-            raise ApiError(404, f"job {job.key} has no attempt {number} (latest: {job.attempt})", "attempt")
-        job = found
+    job = await _attempt(request)
     view = job_view(job, svc.clock())
     view["metric_names"] = await blocking(svc.store.metric_names, job.id)
     view["pending_commands"] = [c.to_dict() for c in await blocking(svc.store.pending_commands, job.id)]
     return JSONResponse(view)
 
 
-async def history(request: Request) -> JSONResponse:
-    """``GET .../jobs/{name}/history?metrics=loss,eval_loss&max_points=1000``: downsampled series."""
+async def _attempt(request: Request) -> Job:
+    """The job of the path, at the attempt the query asks for (default: the latest)."""
     svc = services(request)
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    attempt = request.query_params.get("attempt")
+    if attempt is None:
+        return job
+    number = int(_query_number(attempt, "attempt", 1, MAX_ATTEMPT) or 1)
+    found = await blocking(svc.store.job, job.namespace, job.name, number)
+    if found is None:
+        raise ApiError(404, f"job {job.key} has no attempt {number} (latest: {job.attempt})", "attempt")
+    return found
+
+
+async def history(request: Request) -> JSONResponse:
+    """``GET .../jobs/{name}/history?metrics=loss,eval_loss&max_points=1000&attempt=N``: downsampled series."""
+    svc = services(request)
+    job = await _attempt(request)
     q = request.query_params
     max_points = int(_query_number(q.get("max_points"), "max_points", 2, MAX_POINTS) or 1000)
     names = [n for n in q.get("metrics", "").split(",") if n]
@@ -134,11 +153,11 @@ async def history(request: Request) -> JSONResponse:
 
 
 async def events(request: Request) -> JSONResponse:
-    """``GET .../jobs/{name}/events?after=ID&limit=N``: what happened to a job, oldest first."""
+    """``GET .../jobs/{name}/events?after=ID&limit=N&attempt=N``: what happened to a job, oldest first."""
     svc = services(request)
-    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
+    job = await _attempt(request)
     q = request.query_params
-    after = int(_query_number(q.get("after"), "after", 0, math.inf) or 0)
+    after = int(_query_number(q.get("after"), "after", 0, MAX_EVENT_ID) or 0)
     limit = int(_query_number(q.get("limit"), "limit", 1, 1000) or 100)
     found = await blocking(svc.store.events, job_id=job.id, after=after, limit=limit)
     return JSONResponse({"items": [event_view(e) for e in found]})

@@ -84,6 +84,7 @@ _MIGRATIONS: dict[int, str] = {
         received_at REAL NOT NULL,
         sent_at REAL NOT NULL,
         step INTEGER,
+        newest INTEGER NOT NULL DEFAULT 1,
         PRIMARY KEY (job_id, run_id, rank, seq)
     ) WITHOUT ROWID;
     CREATE INDEX reports_progress ON reports (job_id, rank, received_at);
@@ -147,7 +148,10 @@ class SQLiteStore(Store):
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the directory of the database {self.path}: {exc}") from None
         self._write_lock = threading.Lock()
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
@@ -184,14 +188,16 @@ class SQLiteStore(Store):
                 raise StoreError(f"the database cannot be written: {exc}") from None
             try:
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            try:
                 conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                conn.execute("ROLLBACK")
-                raise StoreError(f"the database cannot be written: {exc}") from None
+            except BaseException as exc:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if isinstance(exc, sqlite3.Error):  # disk full, I/O error, corruption...
+                    raise StoreError(f"the database cannot be written: {exc}") from None
+                raise
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
@@ -345,18 +351,18 @@ class SQLiteStore(Store):
         """Store a report once; move progress only forward in report time; record acks and state."""
         identity = report.identity
         with self._write() as conn:
-            inserted = conn.execute(
-                "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, report.progress.step),
-            ).rowcount
-            if not inserted:
-                pending = self._pending(conn, job.id)
-                return IngestResult(job=job, duplicate=True, commands=tuple(pending))
             previous = conn.execute(
                 "SELECT last_sent_at FROM ranks WHERE job_id = ? AND rank = ?", (job.id, identity.rank)
             ).fetchone()
             newest = previous is None or report.sent_at >= previous[0]
+            inserted = conn.execute(
+                "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, report.progress.step, newest),
+            ).rowcount
+            if not inserted:
+                pending = self._pending(conn, job.id)
+                return IngestResult(job=job, duplicate=True, commands=tuple(pending))
             progress = report.progress
             if newest:
                 conn.execute(
@@ -421,11 +427,12 @@ class SQLiteStore(Store):
                     updates["reported_eta"] = progress.eta_seconds
             if report.params is not None:
                 updates["params"] = json.dumps(dict(report.params))
-            if report.metrics:
+            if report.metrics and newest:  # a late report is history, not the latest values
                 last = dict(job.last_metrics)
                 for window in report.metrics:
                     last[window.name] = window.last
                 updates["last_metrics"] = json.dumps({k: _json_float(v) for k, v in last.items()})
+            if report.metrics:
                 updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
             self._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
             self._update(conn, job.id, updates)
@@ -451,13 +458,13 @@ class SQLiteStore(Store):
         total_epochs = values.pop("total_epochs", None)
         step_int = int(step) if step is not None and math.isfinite(step) and step >= 0 else job.step
         with self._write() as conn:
-            inserted = conn.execute(
-                "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
-                "VALUES (?, 'kubeflow', 0, ?, ?, ?, ?)",
-                (job.id, round(sent_at * 1000), now, sent_at, step_int),
-            ).rowcount
-            if not inserted:
-                return IngestResult(job=job, duplicate=True)
+            # each POST replaces the whole status upstream: every one is kept, none is a duplicate
+            conn.execute(
+                "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
+                "SELECT ?, 'kubeflow', 0, COALESCE(MAX(seq), -1) + 1, ?, ?, ? FROM reports "
+                "WHERE job_id = ? AND run_id = 'kubeflow' AND rank = 0",
+                (job.id, now, sent_at, step_int, job.id),
+            )
             windows = []
             for name, value in values.items():
                 finite = math.isfinite(value)
@@ -568,7 +575,7 @@ class SQLiteStore(Store):
         """Rank 0's (arrival time, step), oldest first."""
         rows = self._read(
             "SELECT received_at, step FROM reports WHERE job_id = ? AND rank = 0 AND step IS NOT NULL "
-            "AND received_at >= ? ORDER BY received_at",
+            "AND newest = 1 AND received_at >= ? ORDER BY received_at",
             (job_id, since if since is not None else -math.inf),
         )
         return [ProgressSample(r[0], r[1]) for r in rows]
@@ -643,7 +650,7 @@ _SORT_SQL = {
     "step": "step",
     "created": "created_at",
     "updated": "updated_at",
-    "eta": "(eta_at + eta_seconds)",
+    "eta": "(CASE WHEN state IN ('finished', 'failed', 'stopped') THEN NULL ELSE eta_at + eta_seconds END)",
 }
 
 

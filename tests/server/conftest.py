@@ -1,0 +1,254 @@
+"""Fixtures of the server tests: a real SQLite file, a controllable clock, the app, an in-process client,
+a real uvicorn on 127.0.0.1, and a builder of valid native reports.
+
+Helpers travel as fixtures (``api``, ``make_report``, ``serve``) rather than imports: ``tests/`` has two
+``conftest.py`` and no packages, so ``from conftest import ...`` would be ambiguous.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+
+from stepwatch.protocol import Identity, MetricWindow, Progress, Report
+from stepwatch.server import create_app
+from stepwatch.server.store import SQLiteStore
+
+with warnings.catch_warnings():
+    # Starlette 1.x deprecates its httpx-based TestClient in favour of httpx2, which is not installed here;
+    # the client still works and is what these tests are about.
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+START = 1_800_000_000.0
+"""The fake clock's first reading (2027-01-15): far from 0, so a time of 0 would show."""
+
+
+class FakeClock:
+    """The server's clock, moved by the test: ETA and ages become exact."""
+
+    def __init__(self, start: float = START) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+class Api:
+    """The in-process client with the few calls every test repeats."""
+
+    def __init__(self, client: TestClient, clock: FakeClock, store: SQLiteStore) -> None:
+        self.client = client
+        self.clock = clock
+        self.store = store
+
+    @staticmethod
+    def job_path(name: str, namespace: str = "default") -> str:
+        return f"/api/v1/namespaces/{namespace}/jobs/{name}"
+
+    def register(self, name: str, namespace: str = "default", **fields: Any) -> str:
+        """Register a job (or its next attempt) and return its write token."""
+        response = self.client.post(f"/api/v1/namespaces/{namespace}/jobs", json={"name": name, **fields})
+        assert response.status_code == 201, response.text
+        token = response.json()["token"]
+        assert isinstance(token, str) and len(token) >= 32
+        return token
+
+    def report(self, name: str, token: str, body: dict[str, Any], namespace: str = "default") -> httpx.Response:
+        return self.client.post(f"{self.job_path(name, namespace)}/reports", json=body, headers=bearer(token))
+
+    def report_ok(self, name: str, token: str, body: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+        response = self.report(name, token, body, namespace)
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def kubeflow(self, name: str, token: str, body: dict[str, Any], namespace: str = "default") -> httpx.Response:
+        path = f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+        return self.client.post(path, json=body, headers=bearer(token))
+
+    def set_state(self, name: str, token: str, state: str, namespace: str = "default", **more: Any) -> dict[str, Any]:
+        response = self.client.post(
+            f"{self.job_path(name, namespace)}/state", json={"state": state, **more}, headers=bearer(token)
+        )
+        assert response.status_code == 200, response.text
+        view: dict[str, Any] = response.json()
+        return view
+
+    def job(self, name: str, namespace: str = "default", **params: Any) -> dict[str, Any]:
+        response = self.client.get(self.job_path(name, namespace), params=params)
+        assert response.status_code == 200, response.text
+        view: dict[str, Any] = response.json()
+        return view
+
+    def history(self, name: str, namespace: str = "default", **params: Any) -> dict[str, list[dict[str, Any]]]:
+        response = self.client.get(f"{self.job_path(name, namespace)}/history", params=params)
+        assert response.status_code == 200, response.text
+        series: dict[str, list[dict[str, Any]]] = response.json()["metrics"]
+        return series
+
+    def events(self, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+        response = self.client.get(f"{self.job_path(name, namespace)}/events", params={"limit": 1000})
+        assert response.status_code == 200, response.text
+        items: list[dict[str, Any]] = response.json()["items"]
+        return items
+
+    def jobs(self, path: str = "/api/v1/jobs", **params: Any) -> dict[str, Any]:
+        response = self.client.get(path, params=params)
+        assert response.status_code == 200, response.text
+        page: dict[str, Any] = response.json()
+        return page
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def window(name: str, values: Sequence[float], step: int, first_step: int | None = None) -> MetricWindow:
+    """The window the report core would send for ``values`` logged up to ``step``."""
+    finite = [v for v in values if math.isfinite(v)]
+    return MetricWindow(
+        name=name,
+        last=values[-1],
+        min=min(finite) if finite else None,
+        max=max(finite) if finite else None,
+        mean=sum(finite) / len(finite) if finite else None,
+        count=len(values),
+        nonfinite=len(values) - len(finite),
+        first_step=step if first_step is None else first_step,
+        last_step=step,
+    )
+
+
+def build_report(
+    seq: int,
+    step: int | None = None,
+    metrics: dict[str, float | Sequence[float]] | None = None,
+    *,
+    run_id: str = "run-1",
+    rank: int = 0,
+    world_size: int = 1,
+    sent_at: float | None = None,
+    total_steps: int | None = None,
+    epoch: float | None = None,
+    total_epochs: float | None = None,
+    state: str = "running",
+    reason: str = "",
+    acks: Sequence[str] = (),
+    params: dict[str, Any] | None = None,
+) -> Report:
+    """A valid native report (validated by the protocol itself, as the report core would send it)."""
+    windows = tuple(
+        window(name, [v] if isinstance(v, (int, float)) else list(v), step or 0) for name, v in (metrics or {}).items()
+    )
+    return Report(
+        run_id=run_id,
+        seq=seq,
+        sent_at=START + seq if sent_at is None else sent_at,
+        identity=Identity(rank=rank, world_size=world_size, host="node-1", pid=4242),
+        progress=Progress(step=step, total_steps=total_steps, epoch=epoch, total_epochs=total_epochs),
+        metrics=windows,
+        params=params,
+        acks=tuple(acks),
+        state=state,  # type: ignore[arg-type]
+        reason=reason,
+    )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "sw.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[SQLiteStore]:
+    the_store = SQLiteStore(db_path)
+    yield the_store
+    the_store.close()
+
+
+@pytest.fixture
+def app(store: SQLiteStore, clock: FakeClock) -> Starlette:
+    return create_app(store=store, clock=clock)
+
+
+@pytest.fixture
+def client(app: Starlette) -> Iterator[TestClient]:
+    # A 500 stays a response (with its Status body) so that tests can say what they expected instead.
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def api(client: TestClient, clock: FakeClock, store: SQLiteStore) -> Api:
+    return Api(client, clock, store)
+
+
+@pytest.fixture
+def make_report() -> Callable[..., dict[str, Any]]:
+    """``make_report(seq, step, {"loss": 0.5}, ...)``: the JSON body of a valid native report."""
+
+    def make(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return build_report(*args, **kwargs).to_dict()
+
+    return make
+
+
+@contextmanager
+def _serving(app: Starlette, send_buffer: int | None = None) -> Iterator[str]:
+    """Serve ``app`` with a real uvicorn on 127.0.0.1 (a free port) in a thread; yield the base URL.
+
+    ``send_buffer`` caps the kernel send buffer of every connection (accepted sockets inherit it from the
+    listening one), so that a client that does not read blocks the server's writes early.
+    """
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (else Nagle's
+    # algorithm and delayed ACKs add ~40 ms to every response)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    if send_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.005)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@pytest.fixture
+def serve() -> Callable[..., AbstractContextManager[str]]:
+    """``with serve(app) as base_url:``: a real server on a real socket for the length of the block."""
+    return _serving

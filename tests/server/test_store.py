@@ -1,0 +1,533 @@
+"""The SQLite store on real files: records, idempotency, order, commands, events, listing, non-finite
+values, persistence, WAL, a SIGKILLed server, a locked database and storage that cannot be used."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from stepwatch.protocol import Report
+from stepwatch.server import ServerSettings, create_app
+from stepwatch.server.store import JobFilter, SQLiteStore, StoreError
+
+MakeReport = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def report(make_report: MakeReport) -> Callable[..., Report]:
+    """``report(seq, step, {"loss": 0.5}, ...)``: a protocol Report, as the ingest route hands it to the store."""
+
+    def make(*args: Any, **kwargs: Any) -> Report:
+        return Report.from_dict(make_report(*args, **kwargs))
+
+    return make
+
+
+def test_register_creates_attempts_and_refuses_a_live_name(store: SQLiteStore) -> None:
+    job = store.register(
+        "team",
+        "a",
+        token_hash="h1",
+        now=10.0,
+        total_steps=100,
+        total_epochs=3.0,
+        params={"lr": 0.1},
+        gpus=2.0,
+        gpu_hour_cost=3.5,
+        source="runner",
+    )
+    assert (job.namespace, job.name, job.attempt, job.state) == ("team", "a", 1, "pending")
+    assert (job.created_at, job.updated_at, job.started_at, job.finished_at) == (10.0, 10.0, None, None)
+    assert (job.total_steps, job.total_epochs, job.params, job.gpus, job.gpu_hour_cost, job.source) == (
+        100,
+        3.0,
+        {"lr": 0.1},
+        2.0,
+        3.5,
+        "runner",
+    )
+    assert store.token_hash(job.id) == "h1" and store.token_hash(10_000) == ""
+    with pytest.raises(KeyError):
+        store.register("team", "a", token_hash="h2", now=11.0)
+    assert store.register("other", "a", token_hash="h3", now=11.0).attempt == 1
+    ended = store.set_state(job, "failed", 12.0, "oom", exit_code=137)
+    assert (ended.state, ended.reason, ended.exit_code, ended.finished_at) == ("failed", "oom", 137, 12.0)
+
+    second = store.register("team", "a", token_hash="h2", now=13.0)
+    assert second.attempt == 2 and second.id != job.id and store.token_hash(second.id) == "h2"
+    assert store.job("team", "a") == second
+    assert store.job("team", "a", 1) == ended and store.job_by_id(job.id) == ended
+    assert store.job("team", "a", 3) is None and store.job("team", "zz") is None and store.job_by_id(999) is None
+    assert [e.kind for e in store.events(job_id=job.id)] == ["registered", "failed"]
+    assert store.events(job_id=job.id)[-1].data == {"exit_code": 137}
+
+
+def test_supersede_ends_the_live_attempt(store: SQLiteStore) -> None:
+    job = store.register("team", "a", token_hash="h1", now=10.0)
+    second = store.register("team", "a", token_hash="h2", now=11.0, supersede=True)
+    assert second.attempt == 2
+    old = store.job("team", "a", 1)
+    assert old is not None and (old.state, old.reason, old.finished_at) == ("failed", "superseded by attempt 2", 11.0)
+    assert [e.kind for e in store.events(job_id=job.id)] == ["registered", "failed"]
+
+
+def test_tokens_are_stored_only_as_hashes(db_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    with TestClient(create_app(ServerSettings(db=str(db_path)))) as client:
+        token = client.post("/api/v1/namespaces/default/jobs", json={"name": "secret"}).json()["token"]
+    assert token.encode() not in db_path.read_bytes()
+    with sqlite3.connect(db_path) as conn:
+        (stored,) = conn.execute("SELECT token_hash FROM jobs").fetchone()
+    assert stored == hashlib.sha256(token.encode()).hexdigest()
+
+
+def test_a_report_is_stored_once(store: SQLiteStore, report: Callable[..., Report]) -> None:
+    job = store.register("ns", "a", token_hash="h", now=10.0)
+    first = store.ingest_report(job, report(1, 5, {"loss": 0.5}, total_steps=50), 20.0)
+    assert not first.duplicate and [w.name for w in first.new_points] == ["loss"]
+    assert (first.job.state, first.job.started_at, first.job.step, first.job.total_steps) == ("running", 20.0, 5, 50)
+    assert first.job.last_report_at == 20.0 and first.job.last_metrics == {"loss": 0.5}
+    again = store.ingest_report(first.job, report(1, 5, {"loss": 0.5}, total_steps=50), 21.0)
+    assert again.duplicate and again.new_points == ()
+    assert len(store.series(job.id, "loss")) == 1
+    assert [(s.t, s.step) for s in store.progress_samples(job.id)] == [(20.0, 5)]
+    assert store.job_by_id(job.id) == first.job  # nothing moved, not even the report time
+    assert [e.kind for e in store.events(job_id=job.id)] == ["registered", "running"]
+
+
+def test_an_older_report_is_history_only(store: SQLiteStore, report: Callable[..., Report]) -> None:
+    job = store.register("ns", "a", token_hash="h", now=10.0)
+    job = store.ingest_report(job, report(2, 50, {"loss": 0.2}, sent_at=200.0, total_steps=100), 20.0).job
+    late = store.ingest_report(job, report(1, 40, {"loss": 0.3}, sent_at=190.0, total_steps=100), 21.0)
+    assert not late.duplicate and late.job.step == 50
+    assert [(p.step, p.last) for p in store.series(job.id, "loss")] == [(40, 0.3), (50, 0.2)]
+    # a heartbeat of rank 1 never moves rank 0's progress
+    beat = store.ingest_report(late.job, report(1, 70, run_id="run-1", rank=1, world_size=2, sent_at=300.0), 22.0)
+    assert beat.job.step == 50 and beat.job.world_size == 1
+    assert [s.step for s in store.progress_samples(job.id)] == [50]  # the late report is not a progress sample
+
+
+def test_an_older_report_does_not_change_the_estimate(api: Any, make_report: MakeReport) -> None:
+    token = api.register("late", total_steps=100)
+    for seq in (1, 2, 3):
+        api.clock.advance(10)
+        api.report_ok("late", token, make_report(seq, 10 * seq, {"loss": 1.0}, sent_at=100.0 + 10 * seq))
+    before = api.job("late")
+    api.report_ok("late", token, make_report(4, 25, {"loss": 1.0}, sent_at=125.0))  # sent before seq 3
+    after = api.job("late")
+    assert after["progress"] == before["progress"]
+    assert after["eta"] == before["eta"]
+
+
+def test_commands_are_pending_until_acknowledged_by_their_own_job(
+    store: SQLiteStore, report: Callable[..., Report]
+) -> None:
+    job = store.register("ns", "a", token_hash="h", now=10.0)
+    other = store.register("ns", "b", token_hash="h", now=10.0)
+    stop = store.add_command(job, "stop", "plateau", 11.0)
+    checkpoint = store.add_command(job, "checkpoint", "", 12.0)
+    foreign = store.add_command(other, "stop", "", 12.0)
+    assert store.pending_commands(job.id) == [stop, checkpoint]
+    result = store.ingest_report(job, report(1, 1), 13.0)
+    assert result.commands == (stop, checkpoint)
+    result = store.ingest_report(result.job, report(2, 2, acks=[stop.id, foreign.id, "unknown-id"]), 14.0)
+    assert result.commands == (checkpoint,)
+    assert store.pending_commands(other.id) == [foreign]  # another job's id does not acknowledge it
+    result = store.ingest_report(result.job, report(3, 3, acks=[stop.id, checkpoint.id]), 15.0)
+    assert result.commands == () and store.pending_commands(job.id) == []
+    kinds = [(e.kind, e.data.get("id"), e.t) for e in store.events(job_id=job.id)]
+    assert kinds == [
+        ("registered", None, 10.0),
+        ("command", stop.id, 11.0),
+        ("command", checkpoint.id, 12.0),
+        ("running", None, 13.0),
+        ("command_acked", stop.id, 14.0),
+        ("command_acked", checkpoint.id, 15.0),
+    ]
+    assert store.events(job_id=job.id)[1].message == "stop requested: plateau"
+
+
+def test_events_page_by_id_and_filter_by_job_and_namespace(store: SQLiteStore) -> None:
+    a = store.register("team-a", "x", token_hash="h", now=1.0)
+    b = store.register("team-b", "y", token_hash="h", now=2.0)
+    store.add_command(a, "stop", "", 3.0)
+    store.add_command(b, "stop", "", 4.0)
+    everything = store.events()
+    assert [(e.namespace, e.name, e.kind) for e in everything] == [
+        ("team-a", "x", "registered"),
+        ("team-b", "y", "registered"),
+        ("team-a", "x", "command"),
+        ("team-b", "y", "command"),
+    ]
+    ids = [e.id for e in everything]
+    assert ids == sorted(ids)
+    assert store.events(after=ids[1], limit=1) == [everything[2]]
+    assert store.events(namespace="team-b") == [everything[1], everything[3]]
+    assert store.events(job_id=a.id, after=ids[0]) == [everything[2]]
+    assert store.events(after=ids[-1]) == []
+
+
+def test_jobs_filter_sort_and_count(store: SQLiteStore, report: Callable[..., Report]) -> None:
+    made = {}
+    for i, (namespace, name, total, step) in enumerate(
+        [("a", "one", 100, 90), ("a", "two", 10, 1), ("b", "three", None, None), ("b", "four", 50, 25)]
+    ):
+        job = store.register(namespace, name, token_hash="h", now=float(i), total_steps=total)
+        if step is not None:
+            job = store.ingest_report(job, report(1, step), 10.0 + i).job
+        made[name] = job
+
+    def names(**where: Any) -> list[str]:
+        return [j.name for j in store.jobs(JobFilter(**where))]
+
+    assert names() == ["four", "two", "one", "three"]  # most recently updated first
+    assert names(sort="progress", descending=True) == ["one", "four", "two", "three"]  # unknown last
+    assert names(sort="progress", descending=False) == ["two", "four", "one", "three"]
+    assert names(sort="name", descending=False, limit=2, offset=1) == ["one", "three"]
+    assert names(namespace="b", sort="name", descending=False) == ["four", "three"]
+    assert names(state=["pending"]) == ["three"]
+    assert names(text="o", sort="name", descending=False) == ["four", "one", "two"]
+    assert names(min_progress=20, max_progress=60) == ["four"]
+    assert store.count_jobs(JobFilter()) == 4 and store.count_jobs(JobFilter(namespace="a", min_progress=50)) == 1
+
+
+def test_series_are_in_step_order(store: SQLiteStore, report: Callable[..., Report]) -> None:
+    job = store.register("ns", "a", token_hash="h", now=0.0)
+    for seq, (step, value) in enumerate([(30, 3.0), (10, 1.0), (20, 2.0), (20, 2.5)], start=1):
+        job = store.ingest_report(job, report(seq, step, {"loss": value}, sent_at=float(seq)), 10.0 + seq).job
+    assert [(p.step, p.last, p.t) for p in store.series(job.id, "loss")] == [
+        (10, 1.0, 12.0),
+        (20, 2.0, 13.0),
+        (20, 2.5, 14.0),
+        (30, 3.0, 11.0),
+    ]
+    assert store.series(job.id, "missing") == []
+    assert store.metric_names(job.id) == ["loss"]
+
+
+def test_progress_samples_are_rank_0_steps_in_arrival_order(store: SQLiteStore, report: Callable[..., Report]) -> None:
+    job = store.register("ns", "a", token_hash="h", now=0.0)
+    job = store.ingest_report(job, report(1, 5, world_size=2), 10.0).job
+    job = store.ingest_report(job, report(1, 9, rank=1, world_size=2), 11.0).job
+    job = store.ingest_report(job, report(2, None, world_size=2), 12.0).job  # no step: not a sample
+    job = store.ingest_report(job, report(3, 8, world_size=2), 13.0).job
+    assert [(s.t, s.step) for s in store.progress_samples(job.id)] == [(10.0, 5), (13.0, 8)]
+    assert [(s.t, s.step) for s in store.progress_samples(job.id, since=11.0)] == [(13.0, 8)]
+
+
+def test_non_finite_values_are_stored_as_such(store: SQLiteStore, db_path: Path, report: Callable[..., Report]) -> None:
+    job = store.register("ns", "a", token_hash="h", now=0.0)
+    values = {"nan": [math.nan], "inf": [math.inf], "ninf": [2.0, -math.inf], "fine": [1.5]}
+    job = store.ingest_report(job, report(1, 7, values), 1.0).job
+    assert math.isnan(job.last_metrics["nan"])
+    assert job.last_metrics["inf"] == math.inf and job.last_metrics["ninf"] == -math.inf
+    assert job.last_metrics["fine"] == 1.5 and job.nonfinite_total == 3
+    (nan,) = store.series(job.id, "nan")
+    assert math.isnan(nan.last) and (nan.min, nan.max, nan.mean, nan.count, nan.nonfinite) == (None, None, None, 1, 1)
+    assert store.series(job.id, "inf")[0].last == math.inf
+    (ninf,) = store.series(job.id, "ninf")
+    assert (ninf.last, ninf.min, ninf.max, ninf.count, ninf.nonfinite) == (-math.inf, 2.0, 2.0, 2, 1)
+    store.close()
+    reopened = SQLiteStore(db_path)
+    try:
+        assert math.isnan(reopened.series(job.id, "nan")[0].last)
+        assert reopened.series(job.id, "inf")[0].last == math.inf
+        assert math.isnan(reopened.job("ns", "a").last_metrics["nan"])  # type: ignore[union-attr]
+    finally:
+        reopened.close()
+
+
+def test_everything_survives_closing_and_reopening(db_path: Path, report: Callable[..., Report]) -> None:
+    store = SQLiteStore(db_path)
+    job = store.register("ns", "a", token_hash="h", now=1.0, total_steps=10, params={"lr": 0.1})
+    for seq in range(1, 4):
+        job = store.ingest_report(job, report(seq, seq, {"loss": 1.0 / seq}, total_steps=10), 1.0 + seq).job
+    command = store.add_command(job, "checkpoint", "hourly", 5.0)
+    store.set_estimate(job.id, 70.0, 0.1, 5.0)
+    done = store.register("ns", "b", token_hash="h", now=6.0)
+    done = store.set_state(done, "finished", 7.0)
+    before = (
+        store.job("ns", "a"),
+        store.job("ns", "b"),
+        store.series(job.id, "loss"),
+        store.events(),
+        store.progress_samples(job.id),
+        store.token_hash(job.id),
+    )
+    store.close()
+
+    reopened = SQLiteStore(db_path)
+    try:
+        after = (
+            reopened.job("ns", "a"),
+            reopened.job("ns", "b"),
+            reopened.series(job.id, "loss"),
+            reopened.events(),
+            reopened.progress_samples(job.id),
+            reopened.token_hash(job.id),
+        )
+        assert after == before
+        assert after[0].eta_seconds == 70.0  # type: ignore[union-attr]
+        assert reopened.pending_commands(job.id) == [command]
+        with pytest.raises(KeyError):
+            reopened.register("ns", "a", token_hash="h", now=8.0)  # still live after a restart
+        assert reopened.register("ns", "b", token_hash="h", now=8.0).attempt == 2
+    finally:
+        reopened.close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+
+
+def test_the_database_is_in_wal_mode(store: SQLiteStore, db_path: Path) -> None:
+    store.register("ns", "a", token_hash="h", now=0.0)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert Path(f"{db_path}-wal").exists()
+
+
+# ------------------------------------------------------------------------------------------ crash
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_server(db_path: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``stepwatch server`` in its own process (a real uvicorn), answering on a free port."""
+    port = _free_port()
+    log = open(tmp_path / f"server-{port}.log", "wb")  # noqa: SIM115 - closed with the process
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "stepwatch",
+            "server",
+            "--db",
+            str(db_path),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError((tmp_path / f"server-{port}.log").read_text())
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+@pytest.mark.slow
+def test_no_acknowledged_report_is_lost_when_the_server_is_killed(
+    tmp_path: Path, db_path: Path, make_report: MakeReport, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    server, base = _start_server(db_path, tmp_path)
+    processes.append(server)
+    token = httpx.post(f"{base}/api/v1/namespaces/default/jobs", json={"name": "crash"}).json()["token"]
+    acked: list[int] = []
+    stop = threading.Event()
+
+    def post_reports() -> None:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=5) as http:
+            seq = 0
+            while not stop.is_set():
+                seq += 1
+                try:
+                    response = http.post(
+                        "/api/v1/namespaces/default/jobs/crash/reports",
+                        json=make_report(seq, seq, {"loss": 1.0 / seq}, sent_at=float(seq)),
+                    )
+                except httpx.TransportError:
+                    return
+                if response.status_code == 200:
+                    acked.append(seq)
+
+    poster = threading.Thread(target=post_reports)
+    poster.start()
+    deadline = time.monotonic() + 10
+    while len(acked) < 150 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(server.pid, signal.SIGKILL)  # mid-stream: the poster is still sending
+    server.wait(10)
+    poster.join(10)
+    stop.set()
+    assert len(acked) >= 150 and acked == list(range(1, len(acked) + 1))
+
+    restarted, base = _start_server(db_path, tmp_path)
+    processes.append(restarted)
+    with httpx.Client(base_url=base, timeout=5) as http:
+        history = http.get("/api/v1/namespaces/default/jobs/crash/history", params={"max_points": 10000}).json()
+        stored = {p["step"] for p in history["metrics"]["loss"]}
+        assert set(acked) <= stored, f"acknowledged but lost: {sorted(set(acked) - stored)[:10]}"
+        assert len(stored) <= len(acked) + 1  # at most the one in flight when the server died
+        job = http.get("/api/v1/namespaces/default/jobs/crash").json()
+        assert job["state"] == "running" and job["progress"]["step"] >= acked[-1]
+        # the restarted server goes on from there
+        response = http.post(
+            "/api/v1/namespaces/default/jobs/crash/reports",
+            json=make_report(10_000, 10_000, {"loss": 0.0}, sent_at=1e6),
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert response.status_code == 200
+
+
+# ------------------------------------------------------------------------------------------ storage trouble
+
+
+class ImpatientStore(SQLiteStore):
+    """The real store with a 0.2 s busy timeout instead of its 10 s, so that a test of a lock takes 0.2 s."""
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = super()._connect()
+        conn.execute("PRAGMA busy_timeout=200")
+        return conn
+
+
+class FillableStore(SQLiteStore):
+    """The real store whose file can be made 'full' (SQLite's max_page_count), as a full disk would be."""
+
+    connections: list[sqlite3.Connection]
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = super()._connect()
+        if not hasattr(self, "connections"):
+            self.connections = []
+        self.connections.append(conn)
+        return conn
+
+    def fill(self, full: bool = True) -> None:
+        for conn in self.connections:
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count={pages if full else 1_000_000_000}")
+
+
+def test_a_locked_database_answers_503_and_reads_go_on(db_path: Path, clock: Any, make_report: MakeReport) -> None:
+    from starlette.testclient import TestClient
+
+    store = ImpatientStore(db_path)
+    with TestClient(create_app(store=store, clock=clock), raise_server_exceptions=False) as client:
+        token = client.post("/api/v1/namespaces/default/jobs", json={"name": "locked"}).json()["token"]
+        auth = {"Authorization": f"Bearer {token}"}
+        path = "/api/v1/namespaces/default/jobs/locked"
+        assert client.post(f"{path}/reports", json=make_report(1, 1, {"loss": 1.0}), headers=auth).status_code == 200
+
+        blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+        blocker.execute("BEGIN EXCLUSIVE")  # another process holds the write lock longer than the store waits
+        try:
+            started = time.monotonic()
+            response = client.post(f"{path}/reports", json=make_report(2, 2, {"loss": 0.5}), headers=auth)
+            assert time.monotonic() - started < 5
+            assert response.status_code == 503
+            assert response.json() == {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "code": 503,
+                "reason": "ServiceUnavailable",
+                "message": "storage unavailable: the database cannot be written: database is locked",
+            }
+            assert response.headers["retry-after"] == "5"
+            assert client.post("/api/v1/namespaces/default/jobs", json={"name": "other"}).status_code == 503
+            assert client.post(f"{path}/commands", json={"kind": "stop"}).status_code == 503
+            # reads go on while the lock is held (WAL)
+            assert client.get(path).json()["progress"]["step"] == 1
+            assert client.get("/api/v1/jobs").json()["total"] == 1
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        retried = client.post(f"{path}/reports", json=make_report(2, 2, {"loss": 0.5}), headers=auth)
+        assert retried.status_code == 200
+        assert client.get(path).json()["progress"]["step"] == 2
+    store.close()
+
+
+def test_a_full_disk_answers_503(db_path: Path, clock: Any, make_report: MakeReport) -> None:
+    from starlette.testclient import TestClient
+
+    store = FillableStore(db_path)
+    try:
+        with TestClient(create_app(store=store, clock=clock), raise_server_exceptions=False) as client:
+            token = client.post("/api/v1/namespaces/default/jobs", json={"name": "full"}).json()["token"]
+            auth = {"Authorization": f"Bearer {token}"}
+            store.fill()
+            for seq in range(1, 400):
+                body = make_report(seq, seq, {f"metric-{i}": float(i) for i in range(40)})
+                response = client.post("/api/v1/namespaces/default/jobs/full/reports", json=body, headers=auth)
+                if response.status_code != 200:
+                    break
+            assert response.status_code == 503, response.text
+            assert "storage unavailable" in response.json()["message"]
+            store.fill(False)
+            ok = client.post("/api/v1/namespaces/default/jobs/full/reports", json=make_report(seq, seq), headers=auth)
+            assert ok.status_code == 200
+    finally:
+        store.close()
+
+
+def test_a_database_path_that_is_a_directory_fails_at_startup_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=f"cannot open the database {tmp_path}: unable to open database file"):
+        create_app(ServerSettings(db=str(tmp_path)))
+
+
+def test_a_file_that_is_not_a_database_fails_at_startup_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are not the pages you are looking for" * 100)
+    with pytest.raises(StoreError, match=f"cannot open the database {path}: file is not a database"):
+        create_app(ServerSettings(db=str(path)))
+
+
+def test_a_database_under_a_file_fails_at_startup_with_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("x")
+    path = tmp_path / "plain" / "sw.db"
+    with pytest.raises(StoreError, match=str(path)):
+        create_app(ServerSettings(db=str(path)))
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions")
+def test_a_read_only_directory_fails_at_startup_naming_the_database(tmp_path: Path) -> None:
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(StoreError, match=str(locked / "sw.db")):
+            create_app(ServerSettings(db=str(locked / "sw.db")))
+    finally:
+        locked.chmod(0o700)
