@@ -4,27 +4,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from .analysis import downsample
-from .store import SeriesPoint
+from .analysis import downsample_columns
+from .store import SeriesColumns
 from .views import json_float
 
 __all__ = ["downsampled"]
 
 
-def downsampled(points: list[SeriesPoint], max_points: int) -> list[dict[str, Any]]:
-    """At most ``max_points`` JSON points per series (see :func:`analysis.downsample`)."""
+def downsampled(series: SeriesColumns, max_points: int) -> list[dict[str, Any]]:
+    """At most ``max_points`` JSON points of a series (see :func:`analysis.downsample_columns`)."""
+    c = downsample_columns(
+        series.steps,
+        series.times,
+        series.lasts,
+        series.mins,
+        series.maxs,
+        series.means,
+        series.counts,
+        series.nonfinites,
+        max_points,
+    )
     return [
         {
-            "step": p.step,
-            "first_step": p.first_step,
-            "t": p.t,
-            "last": json_float(p.last),
-            "min": p.min,
-            "max": p.max,
-            "mean": p.mean,
-            "count": p.count,
-            "nonfinite": p.nonfinite,
-            "windows": p.windows,
+            "step": c.steps[i],
+            "first_step": c.first_steps[i],
+            "t": c.times[i],
+            "last": json_float(c.lasts[i]),
+            "min": c.mins[i],
+            "max": c.maxs[i],
+            "mean": c.means[i],
+            "count": c.counts[i],
+            "nonfinite": c.nonfinites[i],
+            "windows": c.windows[i],
         }
-        for p in downsample(points, max_points)
+        for i in range(len(c))
     ]

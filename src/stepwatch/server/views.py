@@ -40,8 +40,8 @@ def remaining_seconds(job: Job, now: float) -> float | None:
     return max(job.eta_seconds - max(now - job.eta_at, 0.0), 0.0)
 
 
-def job_view(job: Job, now: float) -> dict[str, Any]:
-    """The JSON object of a job."""
+def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
+    """The JSON object of a job; ``compact`` (lists) leaves out params and the Kubeflow-shaped copy."""
     percent = progress_percent(job)
     remaining = remaining_seconds(job, now)
     end = job.finished_at if job.finished_at is not None else now
@@ -57,7 +57,7 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
         trainer_status["estimatedRemainingSeconds"] = round(remaining)
     if job.last_report_at is not None:
         trainer_status["lastUpdatedTime"] = format_rfc3339(job.last_report_at)
-    return {
+    view = {
         "namespace": job.namespace,
         "name": job.name,
         "attempt": job.attempt,
@@ -96,6 +96,9 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
         "resources": {"gpus": job.gpus, "gpu_hour_cost": job.gpu_hour_cost},
         "trainerStatus": trainer_status,
     }
+    if compact:
+        del view["params"], view["trainerStatus"]
+    return view
 
 
 def _metric_string(value: float) -> str:

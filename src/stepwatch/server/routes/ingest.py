@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -10,7 +11,7 @@ from starlette.routing import Route
 
 from ...protocol import ProtocolError, Report, ReportResponse, TrainerStatus
 from ..errors import ApiError
-from ..estimates import refresh_estimate
+from ..estimates import estimate_for_report
 from ..store import IngestResult, Job
 from ..views import job_view, json_float
 from .common import authorize, blocking, read_json, require_job, services
@@ -28,10 +29,17 @@ async def report(request: Request) -> JSONResponse:
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
     svc = services(request)
-    result = await blocking(svc.store.ingest_report, job, parsed, svc.clock())
+    now = svc.clock()
+    estimate = None
+    if parsed.identity.rank == 0 and parsed.progress.step is not None:
+        with_totals = (
+            job if parsed.progress.total_steps is None else replace(job, total_steps=parsed.progress.total_steps)
+        )
+        estimate = await blocking(estimate_for_report, svc.store, with_totals, parsed.progress.step, now)
+    result = await blocking(svc.store.ingest_report, job, parsed, now, estimate)
     svc.stats["duplicates" if result.duplicate else "reports"] += 1
     if not result.duplicate:
-        await _after_ingest(request, job, result, rank0=parsed.identity.rank == 0)
+        await _after_ingest(request, job, result)
     answer = ReportResponse(accepted_seq=parsed.seq, commands=result.commands)
     return JSONResponse(answer.to_dict())
 
@@ -47,17 +55,19 @@ async def trainer_status(request: Request) -> JSONResponse:
         raise ApiError(422, exc.message, exc.field or None) from None
     svc = services(request)
     result = await blocking(svc.store.ingest_status, job, status, svc.clock())
+    if not result.duplicate and result.job.step is not None:
+        eta = await blocking(estimate_for_report, svc.store, result.job, result.job.step, svc.clock())
+        await blocking(svc.store.set_estimate, result.job.id, eta[0], eta[1], svc.clock())
+        result = replace(result, job=replace(result.job, eta_seconds=eta[0], eta_rate=eta[1], eta_at=svc.clock()))
     svc.stats["statuses"] += 1
     if not result.duplicate:
-        await _after_ingest(request, job, result, rank0=True)
+        await _after_ingest(request, job, result)
     return JSONResponse(status.to_body())  # upstream echoes the payload
 
 
-async def _after_ingest(request: Request, before: Job, result: IngestResult, rank0: bool) -> None:
+async def _after_ingest(request: Request, before: Job, result: IngestResult) -> None:
     svc = services(request)
     job = result.job
-    if rank0 and job.step is not None:
-        job = await blocking(refresh_estimate, svc.store, job, svc.clock())
     now = svc.clock()
     svc.live.publish("job", job.namespace, job.name, {"job": job_view(job, now)})
     if result.new_points:

@@ -106,7 +106,8 @@ async def list_jobs(request: Request) -> JSONResponse:
     jobs = await blocking(svc.store.jobs, where)
     total = await blocking(svc.store.count_jobs, where)
     now = svc.clock()
-    return JSONResponse({"items": [job_view(j, now) for j in jobs], "total": total})
+    full = q.get("full", "") in ("1", "true", "yes")
+    return JSONResponse({"items": [job_view(j, now, compact=not full) for j in jobs], "total": total})
 
 
 async def get_job(request: Request) -> JSONResponse:
@@ -147,8 +148,8 @@ async def history(request: Request) -> JSONResponse:
         names = await blocking(svc.store.metric_names, job.id)
     series: dict[str, Any] = {}
     for name in names[: LIMITS.max_metrics_per_report]:
-        points = await blocking(svc.store.series, job.id, name)
-        series[name] = await blocking(downsampled, points, max_points)
+        columns = await blocking(svc.store.series_columns, job.id, name)
+        series[name] = await blocking(downsampled, columns, max_points)
     return JSONResponse({"namespace": job.namespace, "name": job.name, "attempt": job.attempt, "metrics": series})
 
 

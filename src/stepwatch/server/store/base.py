@@ -23,6 +23,7 @@ __all__ = [
     "JobFilter",
     "JobState",
     "ProgressSample",
+    "SeriesColumns",
     "SeriesPoint",
     "Store",
     "StoreError",
@@ -124,6 +125,20 @@ class SeriesPoint:
 
 
 @dataclass(frozen=True)
+class SeriesColumns:
+    """The windows of one metric as parallel lists (what charts and downsampling read)."""
+
+    steps: list[int]
+    times: list[float]
+    lasts: list[float]
+    mins: list[float | None]
+    maxs: list[float | None]
+    means: list[float | None]
+    counts: list[int]
+    nonfinites: list[int]
+
+
+@dataclass(frozen=True)
 class ProgressSample:
     """The step rank 0 reported at a time (the ETA is computed from these)."""
 
@@ -191,8 +206,10 @@ class Store(abc.ABC):
         """How many jobs match a filter."""
 
     @abc.abstractmethod
-    def ingest_report(self, job: Job, report: Report, now: float) -> IngestResult:
-        """Store a native report once (by run, rank and seq) and update the job's state."""
+    def ingest_report(
+        self, job: Job, report: Report, now: float, estimate: tuple[float | None, float | None] | None = None
+    ) -> IngestResult:
+        """Store a native report once (by run, rank and seq) and update the job's state and ETA."""
 
     @abc.abstractmethod
     def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
@@ -205,6 +222,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
         """Keep the latest ETA of a job with the job."""
+
+    @abc.abstractmethod
+    def series_columns(self, job_id: int, metric: str) -> SeriesColumns:
+        """Every stored window of a metric, in step order, as parallel columns."""
 
     @abc.abstractmethod
     def series(self, job_id: int, metric: str) -> list[SeriesPoint]:

@@ -29,6 +29,7 @@ from .base import (
     JobFilter,
     JobState,
     ProgressSample,
+    SeriesColumns,
     SeriesPoint,
     Store,
     StoreError,
@@ -112,7 +113,7 @@ _MIGRATIONS: dict[int, str] = {
         count INTEGER NOT NULL,
         nonfinite INTEGER NOT NULL
     );
-    CREATE INDEX points_by_metric ON points (job_id, metric, step);
+    CREATE INDEX points_by_metric ON points (job_id, metric, step, t);
     CREATE TABLE commands (
         id TEXT PRIMARY KEY,
         job_id INTEGER NOT NULL REFERENCES jobs (id),
@@ -347,8 +348,14 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------------------------ ingest
 
-    def ingest_report(self, job: Job, report: Report, now: float) -> IngestResult:
-        """Store a report once; move progress only forward in report time; record acks and state."""
+    def ingest_report(
+        self, job: Job, report: Report, now: float, estimate: tuple[float | None, float | None] | None = None
+    ) -> IngestResult:
+        """Store a report once; move progress only forward in report time; record acks and state.
+
+        ``estimate`` (seconds left, steps per second), computed by the caller for this report, is
+        stored in the same transaction when the report is rank 0's newest.
+        """
         identity = report.identity
         with self._write() as conn:
             previous = conn.execute(
@@ -425,6 +432,8 @@ class SQLiteStore(Store):
                     updates["total_epochs"] = progress.total_epochs
                 if progress.eta_seconds is not None:
                     updates["reported_eta"] = progress.eta_seconds
+                if estimate is not None:
+                    updates.update(eta_seconds=estimate[0], eta_rate=estimate[1], eta_at=now)
             if report.params is not None:
                 updates["params"] = json.dumps(dict(report.params))
             if report.metrics and newest:  # a late report is history, not the latest values
@@ -557,6 +566,18 @@ class SQLiteStore(Store):
         conn.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*updates.values(), job_id))
 
     # ----------------------------------------------------------------------------------- history
+
+    def series_columns(self, job_id: int, metric: str) -> SeriesColumns:
+        """Every window of a metric, in step order, as columns (no object per window: fast for long series)."""
+        rows = self._read(
+            "SELECT step, t, last, min, max, mean, count, nonfinite FROM points WHERE job_id = ? AND metric = ? "
+            "ORDER BY step, t",
+            (job_id, metric),
+        )
+        if not rows:
+            return SeriesColumns([], [], [], [], [], [], [], [])
+        steps, times, lasts, mins, maxs, means, counts, nonfinites = (list(c) for c in zip(*rows))
+        return SeriesColumns(steps, times, [_load_float(v) for v in lasts], mins, maxs, means, counts, nonfinites)
 
     def series(self, job_id: int, metric: str) -> list[SeriesPoint]:
         """Every window of a metric, in step order."""
