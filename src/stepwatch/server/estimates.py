@@ -5,11 +5,31 @@ from __future__ import annotations
 from .analysis import estimate_eta
 from .store import Job, Store
 
-__all__ = ["HORIZON_S", "estimate_for_report"]
+__all__ = ["ESTIMATE_EVERY_S", "HORIZON_S", "YOUNG_S", "estimate_due", "estimate_for_report"]
 
 HORIZON_S = 1200.0
 """How much recent progress history the estimate reads: the estimator's 600 s of stepping, with room
 for eval pauses (the ETA does not need more, and every report pays for what it reads)."""
+
+
+ESTIMATE_EVERY_S = 10.0
+"""How often a job's ETA is recomputed; in between, views count the last estimate down. Reading the
+samples and estimating is most of an ingest's cost, and an ETA does not change much in 10 s."""
+
+
+YOUNG_S = 120.0
+"""A job's first two minutes of reports are all estimated."""
+
+
+def estimate_due(job: Job, now: float) -> bool:
+    """Whether the ETA of a job should be recomputed at this report."""
+    if job.eta_at is None or job.eta_rate is None or job.state == "pending":
+        return True  # until a rate is known, every report may be the one that gives it
+    if job.eta_seconds is None and job.total_steps is not None:
+        return True  # an ETA is possible but not known yet
+    if job.started_at is None or now - job.started_at < YOUNG_S:
+        return True  # few samples: cheap to read, and each changes the estimate a lot
+    return now - job.eta_at >= ESTIMATE_EVERY_S
 
 
 def estimate_for_report(store: Store, job: Job, step: int, now: float) -> tuple[float | None, float | None]:
