@@ -81,5 +81,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host
     print(f"stepwatch server on http://{shown}:{settings.port} (database {path}); API docs at /docs", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False)
+    # keep-alive past the 10 s heartbeat of ranks other than 0, so they do not reconnect every time
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False, timeout_keep_alive=30
+    )
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from .common import check_name, services
 __all__ = ["routes", "server_version"]
 
 
+@functools.cache
 def server_version() -> str:
     """The installed version of stepwatch (the server does not import the report core for it)."""
     try:

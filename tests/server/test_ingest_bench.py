@@ -1,0 +1,50 @@
+"""Smoke test of the server benchmark: ``benchmarks/server_ingest.py --quick`` runs end to end.
+
+It checks that the benchmark works (a real server in a subprocess, load generators, SSE, the bulk
+database), not the figures: they depend on the machine, and the targets are for the full sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "server_ingest.py"
+
+
+@pytest.mark.slow
+def test_quick_benchmark_runs_and_prints_the_table(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARK), "--quick", "--json", str(figures)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    header = next((line for line in proc.stdout.splitlines() if line.startswith("measure")), None)
+    assert header is not None, proc.stdout[-2000:]
+    assert header.split() == ["measure", "target", "measured", "verdict"]
+    for section in ("1 ingest", "2 step -> SSE", "3 history", "4 list jobs", "5 server RSS"):
+        assert f"\n{section}" in proc.stdout, section
+
+    results = json.loads(figures.read_text())
+    ingest = results["ingest"]
+    # every request in the measured windows was answered as expected: 404 for the floor (no route), else 200
+    assert ingest["floor"]["statuses"] == {"404": ingest["floor"]["requests"]}, ingest["floor"]
+    for phase in (ingest["fresh"], ingest["steady"], *ingest["paced"]):
+        assert "unavailable" not in phase, phase
+        assert phase["requests"] > 0
+        assert phase["statuses"] == {"200": phase["requests"]}, phase["statuses"]
+    assert results["sse"]["windows"] >= 1 and not results["sse"]["problems"]
+    assert results["reads"]["history_long"]["points"] > 0
+    assert results["reads"]["list_all"]["items"] == results["bulk"]["jobs"]
