@@ -21,15 +21,19 @@ YOUNG_S = 120.0
 """A job's first two minutes of reports are all estimated."""
 
 
-def estimate_due(job: Job, now: float) -> bool:
-    """Whether the ETA of a job should be recomputed at this report."""
-    if job.eta_at is None or job.eta_rate is None or job.state == "pending":
-        return True  # until a rate is known, every report may be the one that gives it
-    if job.eta_seconds is None and job.total_steps is not None:
-        return True  # an ETA is possible but not known yet
+def estimate_due(job: Job, now: float, step: int | None) -> bool:
+    """Whether the ETA of a job should be recomputed at a report of ``step``.
+
+    Always for a job's first reports; then every :data:`ESTIMATE_EVERY_S`; in between only when the
+    estimate is incomplete (no rate, or no ETA although the total is known) and the step moved —
+    a stalled job's heartbeats do not pay for an estimate each.
+    """
+    if job.eta_at is None or job.state == "pending" or now - job.eta_at >= ESTIMATE_EVERY_S:
+        return True
     if job.started_at is None or now - job.started_at < YOUNG_S:
         return True  # few samples: cheap to read, and each changes the estimate a lot
-    return now - job.eta_at >= ESTIMATE_EVERY_S
+    incomplete = job.eta_rate is None or (job.eta_seconds is None and job.total_steps is not None)
+    return incomplete and step != job.step
 
 
 def estimate_for_report(store: Store, job: Job, step: int, now: float) -> tuple[float | None, float | None]:

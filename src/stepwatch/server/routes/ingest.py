@@ -31,7 +31,7 @@ async def report(request: Request) -> JSONResponse:
     svc = services(request)
     now = svc.clock()
     estimate = None
-    if parsed.identity.rank == 0 and parsed.progress.step is not None and estimate_due(job, now):
+    if parsed.identity.rank == 0 and parsed.progress.step is not None and estimate_due(job, now, parsed.progress.step):
         with_totals = (
             job if parsed.progress.total_steps is None else replace(job, total_steps=parsed.progress.total_steps)
         )
@@ -55,7 +55,7 @@ async def trainer_status(request: Request) -> JSONResponse:
         raise ApiError(422, exc.message, exc.field or None) from None
     svc = services(request)
     result = await blocking(svc.store.ingest_status, job, status, svc.clock())
-    if not result.duplicate and result.job.step is not None and estimate_due(job, svc.clock()):
+    if not result.duplicate and result.job.step is not None and estimate_due(job, svc.clock(), result.job.step):
         eta = await blocking(estimate_for_report, svc.store, result.job, result.job.step, svc.clock())
         await blocking(svc.store.set_estimate, result.job.id, eta[0], eta[1], svc.clock())
         result = replace(result, job=replace(result.job, eta_seconds=eta[0], eta_rate=eta[1], eta_at=svc.clock()))
