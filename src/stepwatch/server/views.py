@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..protocol import format_rfc3339
+from ..protocol import encode_float, format_rfc3339
 from .store import Job
 
 __all__ = ["job_view", "json_float", "progress_percent", "remaining_seconds"]
@@ -13,9 +13,7 @@ __all__ = ["job_view", "json_float", "progress_percent", "remaining_seconds"]
 
 def json_float(value: float | None) -> float | str | None:
     """A float for a JSON body: non-finite values as the strings of the protocol."""
-    if value is None or math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return None if value is None else encode_float(value)
 
 
 def progress_percent(job: Job) -> float | None:

@@ -20,7 +20,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...protocol import Command, MetricWindow, Report, TrainerStatus, parse_rfc3339
+from ...protocol import (
+    Command,
+    MetricWindow,
+    Report,
+    TrainerStatus,
+    decode_float,
+    encode_float,
+    parse_rfc3339,
+)
 from .base import (
     FINAL_STATES,
     Event,
@@ -440,7 +448,7 @@ class SQLiteStore(Store):
                 last = dict(job.last_metrics)
                 for window in report.metrics:
                     last[window.name] = window.last
-                updates["last_metrics"] = json.dumps({k: _json_float(v) for k, v in last.items()})
+                updates["last_metrics"] = json.dumps({k: encode_float(v) for k, v in last.items()})
             if report.metrics:
                 updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
             self._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
@@ -504,7 +512,7 @@ class SQLiteStore(Store):
                 "step": step_int,
                 "reported_progress": status.progress_percentage,
                 "reported_eta": status.estimated_remaining_seconds,
-                "last_metrics": json.dumps({k: _json_float(v) for k, v in last.items()}),
+                "last_metrics": json.dumps({k: encode_float(v) for k, v in last.items()}),
                 "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
                 "source": "kubeflow",
             }
@@ -684,18 +692,6 @@ def _load_float(value: Any) -> float:
     return math.nan if value is None or value == "NaN" else float(value)
 
 
-def _json_float(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-
-
-def _unjson_float(value: Any) -> float:
-    if isinstance(value, str):
-        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value, math.nan)
-    return float(value)
-
-
 def _job(row: tuple[Any, ...]) -> Job:
     (
         job_id,
@@ -757,7 +753,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         gpu_hour_cost=gpu_hour_cost,
         world_size=world_size,
         params=json.loads(params),
-        last_metrics={k: _unjson_float(v) for k, v in json.loads(last_metrics).items()},
+        last_metrics={k: decode_float(v, k) for k, v in json.loads(last_metrics).items()},
         nonfinite_total=nonfinite_total,
         eta_seconds=eta_seconds,
         eta_rate=eta_rate,
