@@ -1,0 +1,122 @@
+"""Fixtures of the framework integration tests: one real stepwatch server per module, and a job on it.
+
+Every integration test trains a tiny real model on CPU and reports to a real ``stepwatch server``
+(a subprocess on a free loopback port, with a fresh SQLite file). ``live_job`` registers a fresh job
+and sets the environment the report core reads (``STEPWATCH_URL``, ``STEPWATCH_TOKEN``,
+``STEPWATCH_JOB``, a 0.1 s interval), exactly as ``stepwatch run`` does for its child.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+_names = itertools.count()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of a real ``stepwatch server`` subprocess, shared by the tests of one module."""
+    db = tmp_path_factory.mktemp("server") / "stepwatch.db"
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "server", "--port", str(port), "--db", str(db), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(url + "/healthz", timeout=1)
+            break
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"stepwatch server did not start: {process.stderr.read()!r}") from None
+            time.sleep(0.1)
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+@dataclass
+class LiveJob:
+    """A registered job on the live server, and readers of what the server made of its reports."""
+
+    url: str
+    name: str
+    token: str
+    namespace: str = "default"
+
+    @property
+    def path(self) -> str:
+        return f"{self.url}/api/v1/namespaces/{self.namespace}/jobs/{self.name}"
+
+    def get(self) -> dict[str, Any]:
+        """The job as the server shows it (progress, state, params, last metrics)."""
+        response = httpx.get(self.path, timeout=10)
+        response.raise_for_status()
+        return dict(response.json())
+
+    def history(self, *metrics: str, max_points: int = 10_000) -> dict[str, list[dict[str, Any]]]:
+        """Stored windows per metric (not downsampled below ``max_points``)."""
+        params = {"metrics": ",".join(metrics), "max_points": str(max_points)}
+        response = httpx.get(self.path + "/history", params=params, timeout=10)
+        response.raise_for_status()
+        return dict(response.json()["metrics"])
+
+    def command(self, kind: str, reason: str = "test") -> None:
+        """Queue ``stop`` or ``checkpoint`` for the job's reporter."""
+        response = httpx.post(self.path + "/commands", json={"kind": kind, "reason": reason}, timeout=10)
+        response.raise_for_status()
+
+    def wait(self, predicate: Any, timeout: float = 20.0) -> dict[str, Any]:
+        """Poll the job until ``predicate(job)`` holds; the last view is returned (or the test fails)."""
+        deadline = time.monotonic() + timeout
+        job = self.get()
+        while not predicate(job):
+            if time.monotonic() > deadline:
+                pytest.fail(f"job {self.name} never matched; last view: {job}")
+            time.sleep(0.1)
+            job = self.get()
+        return job
+
+
+@pytest.fixture
+def live_job(live_server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> LiveJob:
+    """A fresh job on the live server, with the report core's environment pointing at it."""
+    name = f"{request.node.name.split('[')[0].replace('_', '-')[:50]}-{next(_names)}".strip("-").lower()
+    response = httpx.post(f"{live_server}/api/v1/namespaces/default/jobs", json={"name": name}, timeout=10)
+    response.raise_for_status()
+    token = response.json()["token"]
+    monkeypatch.setenv("STEPWATCH_URL", live_server)
+    monkeypatch.setenv("STEPWATCH_TOKEN", token)
+    monkeypatch.setenv("STEPWATCH_JOB", name)
+    monkeypatch.setenv("STEPWATCH_NAMESPACE", "default")
+    monkeypatch.setenv("STEPWATCH_INTERVAL", "0.1")
+    return LiveJob(url=live_server, name=name, token=token)
+
+
+@pytest.fixture
+def checkpoint_dir(tmp_path: Path) -> Path:
+    """Where a test's trainer writes checkpoints (to assert one was written before a stop)."""
+    path = tmp_path / "checkpoints"
+    path.mkdir()
+    return path
