@@ -1,0 +1,312 @@
+"""The TrainJob runner's decisions: ``reconcile(observed) -> actions``. Pure: no I/O, no clock, no state.
+
+What one TrainJob and its stepwatch job look like right now goes in (:class:`Observed`); what should be
+done about it comes out, as plain values the I/O layer carries out (:mod:`.runner`):
+
+- a TrainJob stepwatch has no live job for gets one (:class:`Register`): when it appears, and again
+  when it is resumed or recreated after its last attempt ended (a new attempt);
+- its lifecycle is mirrored (:class:`SetState`): running, finished, failed; suspended or deleted is
+  ``stopped``;
+- progress someone else writes (Kubeflow's ``status.trainerStatus``, OpenShift AI's annotation) is
+  mirrored into history when it is newer than stepwatch's (:class:`Mirror`);
+- a job that reports to stepwatch gets stepwatch's progress written onto the TrainJob
+  (:class:`WriteStatus`), at most once per ``status_interval_s`` and only when it changed;
+- a stop: a job that reports gets a checkpoint command (:class:`QueueCommand`) and the grace period
+  to stop by itself, then ``spec.suspend: true`` (:class:`Suspend`) or, when configured, deletion
+  (:class:`Delete`); a job that does not report cannot be asked, so it is suspended at once;
+- :class:`Requeue` says when to look again if nothing changes before (a grace period or a throttled
+  write ends); :class:`FetchRuntime` asks for the runtime when the job's size depends on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ....protocol import ProtocolError, TrainerStatus, parse_rfc3339
+from ...store import Job
+from ...store.base import FINAL_STATES
+from .objects import FIELD_MANAGER, RuntimeSize, TrainJob, annotation_for, status_from_annotation, trainer_status_for
+
+__all__ = [
+    "Action",
+    "Config",
+    "Delete",
+    "FetchRuntime",
+    "Mirror",
+    "Observed",
+    "QueueCommand",
+    "Register",
+    "Requeue",
+    "SetState",
+    "StopRequest",
+    "Suspend",
+    "WriteStatus",
+    "fingerprint",
+    "reconcile",
+]
+
+
+@dataclass(frozen=True)
+class Config:
+    """The runner's knobs that decisions depend on."""
+
+    grace_s: float = 300.0
+    """How long a job that reports has, after a stop, to checkpoint and stop by itself."""
+    delete_on_stop: bool = False
+    """Delete the TrainJob instead of suspending it."""
+    status_interval_s: float = 5.0
+    """At most one status write per job in this many seconds."""
+    field_manager: str = FIELD_MANAGER
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """A stop asked of the job's current attempt (``stepwatch stop``, a policy), and its checkpoint."""
+
+    at: float
+    reason: str = ""
+    checkpoint_at: float | None = None
+    """When a checkpoint command was queued with it (``None``: none yet)."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything a decision about one TrainJob needs."""
+
+    now: float
+    trainjob: TrainJob | None
+    """``None``: the TrainJob is gone."""
+    job: Job | None
+    """stepwatch's latest attempt for it (``None``: none)."""
+    config: Config = Config()
+    size: RuntimeSize | None = None
+    """What its runtime says of its size (``None``: not read yet)."""
+    stop: StopRequest | None = None
+    last_write_at: float | None = None
+    """When the runner last wrote this job's progress onto the TrainJob."""
+    written: str | None = None
+    """The :func:`fingerprint` of what it wrote then."""
+    mirrored: str | None = None
+    """The fingerprint of the foreign progress it mirrored last."""
+
+
+@dataclass(frozen=True)
+class Register:
+    """Create the stepwatch job (or its next attempt) for the TrainJob."""
+
+    namespace: str
+    name: str
+    gpus: float
+    gpu_type: str
+    kind: Literal["register"] = "register"
+
+
+@dataclass(frozen=True)
+class SetState:
+    """Move the stepwatch job to a state."""
+
+    state: Literal["running", "finished", "failed", "stopped"]
+    reason: str
+    kind: Literal["set_state"] = "set_state"
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """Store progress another writer put on the TrainJob as the job's progress and history."""
+
+    status: TrainerStatus
+    origin: Literal["trainerStatus", "annotation"]
+    fingerprint: str
+    kind: Literal["mirror"] = "mirror"
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """Write ``status.trainerStatus`` and the OpenShift AI annotation (server-side apply, own manager)."""
+
+    trainer_status: dict[str, Any]
+    annotation: str
+    fingerprint: str
+    kind: Literal["write_status"] = "write_status"
+
+
+@dataclass(frozen=True)
+class QueueCommand:
+    """Queue a command for the job's reporter."""
+
+    command: Literal["checkpoint", "stop"]
+    reason: str
+    kind: Literal["queue_command"] = "queue_command"
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """``spec.suspend: true``, if the TrainJob is still at ``resource_version`` (else look again)."""
+
+    resource_version: str
+    reason: str
+    kind: Literal["suspend"] = "suspend"
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete the TrainJob, if it is still the one with ``uid``."""
+
+    uid: str
+    reason: str
+    kind: Literal["delete"] = "delete"
+
+
+@dataclass(frozen=True)
+class FetchRuntime:
+    """Read the TrainJob's runtime (its size), then decide again."""
+
+    runtime_kind: str
+    name: str
+    namespace: str
+    kind: Literal["fetch_runtime"] = "fetch_runtime"
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Decide again at ``at`` if nothing changes before."""
+
+    at: float
+    kind: Literal["requeue"] = "requeue"
+
+
+Action = Register | SetState | Mirror | WriteStatus | QueueCommand | Suspend | Delete | FetchRuntime | Requeue
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short stable digest of JSON-able values (what was written or mirrored)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def reconcile(o: Observed) -> list[Action]:
+    """What to do about one TrainJob (see the module docstring)."""
+    tj, job = o.trainjob, o.job
+    if tj is None or tj.deleting:
+        if job is not None and job.state not in FINAL_STATES:
+            reason = o.stop.reason if o.stop and o.stop.reason else "the TrainJob was deleted"
+            return [SetState("stopped", reason)]
+        return []
+    needs_runtime = (tj.nodes is None or tj.gpus_per_node is None) and tj.runtime_name
+    if job is None or (job.state in FINAL_STATES and tj.live and tj.live_since > (job.finished_at or 0.0)):
+        if needs_runtime and o.size is None:
+            return [FetchRuntime(tj.runtime_kind, tj.runtime_name, tj.namespace)]
+        size = o.size or RuntimeSize()
+        nodes = tj.nodes or size.nodes or 1
+        per_node = tj.gpus_per_node if tj.gpus_per_node is not None else (size.gpus_per_node or 0.0)
+        return [Register(tj.namespace, tj.name, nodes * per_node, tj.gpu_type or size.gpu_type)]
+    actions: list[Action] = []
+    actions += _lifecycle(o, tj, job)
+    reporting = job.last_report_at is not None and not tj.foreign_progress(o.config.field_manager)
+    if tj.foreign_progress(o.config.field_manager):
+        actions += _mirror(o, tj, job)
+    elif reporting:
+        actions += _write_back(o, tj, job)
+    if o.stop is not None:
+        actions += _stop(o, o.stop, tj, job, reporting)
+    return actions
+
+
+def _lifecycle(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
+    if job.state in FINAL_STATES:
+        return []
+    if tj.phase == "finished":
+        if o.stop is not None:
+            return [SetState("stopped", o.stop.reason or "stopped")]
+        return [SetState("finished", tj.reason)]
+    if tj.phase == "failed":
+        return [SetState("failed", tj.reason)]
+    if tj.phase == "suspended":
+        return [SetState("stopped", (o.stop.reason if o.stop and o.stop.reason else tj.reason))]
+    if tj.phase == "running" and job.state == "pending":
+        return [SetState("running", "the TrainJob's pods are running")]
+    return []
+
+
+def _newest(o: Observed, tj: TrainJob) -> tuple[TrainerStatus, Literal["trainerStatus", "annotation"]] | None:
+    """The foreign progress on the object, the newer of the two when both are there."""
+    manager = o.config.field_manager
+    found: list[tuple[float, TrainerStatus, Literal["trainerStatus", "annotation"]]] = []
+    if tj.status_owners - {manager} and tj.trainer_status:
+        try:
+            status = TrainerStatus.from_body({"trainerStatus": dict(tj.trainer_status)})
+        except ProtocolError:
+            status = None
+        if status is not None:
+            found.append((_when(status), status, "trainerStatus"))
+    if tj.annotation_owners - {manager}:
+        from_annotation = status_from_annotation(tj.annotation)
+        if from_annotation is not None:
+            found.append((_when(from_annotation), from_annotation, "annotation"))
+    if not found:
+        return None
+    found.sort(key=lambda f: f[0])
+    return found[-1][1], found[-1][2]
+
+
+def _when(status: TrainerStatus) -> float:
+    if status.last_updated_time is None:
+        return float("-inf")
+    return parse_rfc3339(status.last_updated_time)
+
+
+def _mirror(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
+    newest = _newest(o, tj)
+    if newest is None:
+        return []
+    status, origin = newest
+    mark = fingerprint(status.to_body())
+    if mark == o.mirrored:
+        return []
+    when = _when(status)
+    if job.last_report_at is not None and when != float("-inf") and when <= job.last_report_at:
+        return []  # stored already (before a restart, or a watch that started over)
+    return [Mirror(status, origin, mark)]
+
+
+def _write_back(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
+    status = trainer_status_for(job)
+    annotation = annotation_for(job)
+    if tj.trainer_status == status and tj.annotation == annotation:
+        return []  # on the object already
+    mark = fingerprint(status, annotation)
+    if mark == o.written:
+        return []
+    due = o.last_write_at is None or o.now >= o.last_write_at + o.config.status_interval_s
+    if not due:
+        assert o.last_write_at is not None
+        return [Requeue(o.last_write_at + o.config.status_interval_s)]
+    return [WriteStatus(status, annotation, mark)]
+
+
+def _stop(o: Observed, stop: StopRequest, tj: TrainJob, job: Job, reporting: bool) -> list[Action]:
+    if not tj.live:
+        return []  # suspended, ended or being deleted already
+    end: Action = (
+        Delete(tj.uid, _why(stop, "deleted"))
+        if o.config.delete_on_stop
+        else Suspend(tj.resource_version, _why(stop, "suspended"))
+    )
+    if not reporting or (job.state in FINAL_STATES and job.state != "stopped"):
+        return [end]  # nobody to ask for a checkpoint: stop it now
+    actions: list[Action] = []
+    if stop.checkpoint_at is None and job.state not in FINAL_STATES:
+        actions.append(QueueCommand("checkpoint", f"before the stop: {stop.reason}" if stop.reason else "before stop"))
+    deadline = stop.at + o.config.grace_s
+    if o.now < deadline:
+        actions.append(Requeue(deadline))
+        return actions
+    return [*actions, end]
+
+
+def _why(stop: StopRequest, done: str) -> str:
+    reason = f": {stop.reason}" if stop.reason else ""
+    return f"stop requested{reason}; {done} by stepwatch"

@@ -1,0 +1,64 @@
+"""Turning the Kubernetes parts on from the server settings (called from the app's lifespan)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...routes.common import Services
+    from ...settings import ServerSettings
+
+__all__ = ["start_kubernetes"]
+
+_log = logging.getLogger("stepwatch.server.kubernetes")
+
+
+async def start_kubernetes(
+    app: Any, settings: ServerSettings, services: Services
+) -> Callable[[], Awaitable[None]] | None:
+    """Start the TrainJob runner and the pod-token checks the settings ask for; what stops them (or ``None``).
+
+    The pod-token checks are kept in ``app.state.pod_tokens`` for the Kubeflow status endpoint.
+    """
+    app.state.pod_tokens = None
+    if not (settings.k8s_runner or settings.k8s_pod_tokens):
+        return None
+    from .api import load_api
+    from .reconcile import Config
+    from .runner import RunnerOptions, TrainJobRunner
+    from .tokens import PodTokens
+
+    api = await asyncio.to_thread(load_api, settings.kubeconfig)
+    runner = None
+    if settings.k8s_pod_tokens:
+        app.state.pod_tokens = PodTokens(
+            api,
+            audience=settings.k8s_audience,
+            job_rate=settings.k8s_job_rate,
+            account_rate=settings.k8s_account_rate,
+            clock=services.clock,
+        )
+    if settings.k8s_runner:
+        options = RunnerOptions(
+            namespaces=settings.k8s_namespaces,
+            config=Config(
+                grace_s=settings.k8s_grace_s,
+                delete_on_stop=settings.k8s_delete_on_stop,
+                status_interval_s=settings.k8s_status_interval_s,
+            ),
+            writes_per_s=settings.k8s_writes_per_s,
+        )
+        runner = TrainJobRunner(api, services, options)
+        await runner.start()
+        app.state.k8s_runner = runner
+        _log.info("watching TrainJobs in %s", ", ".join(settings.k8s_namespaces) or "every namespace")
+
+    async def stop() -> None:
+        if runner is not None:
+            await runner.aclose()
+        await asyncio.to_thread(api.api_client.close)
+
+    return stop

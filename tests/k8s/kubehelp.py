@@ -1,0 +1,183 @@
+"""Helpers of the Kubernetes tests: TrainJobs and runtimes as users write them (validated by Kubeflow
+Trainer's own API models), a stepwatch server beside the FAKE Kubernetes API server (``fakeapi.py``), polling.
+
+A module of its own rather than ``conftest.py``: ``tests/`` has two ``conftest.py`` and no packages, so
+``from conftest import ...`` would be ambiguous.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fakeapi import FakeApi
+from kubeflow_trainer_api import models as trainer_models
+
+from stepwatch.server.runners.kubernetes.api import KubeApi, load_api
+from stepwatch.server.runners.kubernetes.reconcile import Config
+from stepwatch.server.runners.kubernetes.runner import RunnerOptions, TrainJobRunner
+
+if TYPE_CHECKING:
+    from starlette.testclient import TestClient
+
+__all__ = ["Cluster", "cluster_runtime", "pod_status", "trainjob", "wait_for"]
+
+
+def trainjob(
+    name: str,
+    namespace: str = "nlp",
+    *,
+    nodes: int | None = 2,
+    gpus: int | None = 8,
+    runtime: str = "torch-distributed",
+    runtime_kind: str = "ClusterTrainingRuntime",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A TrainJob as a user writes it, validated by Kubeflow Trainer's own API models (kubeflow_trainer_api)."""
+    trainer: dict[str, Any] = {}
+    if nodes is not None:
+        trainer["numNodes"] = nodes
+    if gpus is not None:
+        trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": str(gpus), "cpu": "8"}}
+    obj: dict[str, Any] = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "runtimeRef": {"name": runtime, "kind": runtime_kind, "apiGroup": "trainer.kubeflow.org"},
+            "trainer": trainer,
+        },
+    }
+    trainer_models.TrainerV1alpha1TrainJob.from_dict(obj)  # the schema of the trainer API package
+    return obj
+
+
+def cluster_runtime(name: str, nodes: int, gpus: int, product: str = "NVIDIA-H100-80GB-HBM3") -> dict[str, Any]:
+    """A ClusterTrainingRuntime with ``nodes`` nodes of ``gpus`` GPUs, validated by the trainer API package."""
+    obj: dict[str, Any] = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {
+            "mlPolicy": {"numNodes": nodes, "torch": {"numProcPerNode": "auto"}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "replicas": 1,
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "nodeSelector": {"nvidia.com/gpu.product": product},
+                                            "containers": [
+                                                {
+                                                    "name": "node",
+                                                    "image": "pytorch/pytorch",
+                                                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                                                }
+                                            ],
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    trainer_models.TrainerV1alpha1ClusterTrainingRuntime.from_dict(obj)
+    return obj
+
+
+def wait_for(what: Callable[[], Any], timeout: float = 10.0, message: str = "") -> Any:
+    """Poll until ``what()`` is truthy; its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message or what}")
+        time.sleep(0.02)
+
+
+@dataclass
+class Cluster:
+    """A stepwatch server (in-process client) beside the FAKE API server, and the runner between them."""
+
+    fake: FakeApi
+    kubeconfig: Path
+    client: TestClient
+    app: Any
+    runner: TrainJobRunner | None = None
+    apis: list[KubeApi] = field(default_factory=list)
+
+    def job(self, name: str, namespace: str = "nlp") -> dict[str, Any] | None:
+        response = self.client.get(f"/api/v1/namespaces/{namespace}/jobs/{name}")
+        if response.status_code == 404:
+            return None
+        assert response.status_code == 200, response.text
+        view: dict[str, Any] = response.json()
+        return view
+
+    def wait_job(self, name: str, namespace: str = "nlp", timeout: float = 10.0, **expect: Any) -> dict[str, Any]:
+        """The job once it exists and its view has the ``expect`` values (``state="running"``...)."""
+
+        def ready() -> dict[str, Any] | None:
+            view = self.job(name, namespace)
+            if view is None or any(view.get(k) != v for k, v in expect.items()):
+                return None
+            return view
+
+        found: dict[str, Any] = wait_for(ready, timeout, f"job {namespace}/{name} with {expect}")
+        return found
+
+    def status_url(self, name: str, namespace: str = "nlp") -> str:
+        return f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+    def post_status(self, name: str, token: str, body: dict[str, Any], namespace: str = "nlp") -> Any:
+        return self.client.post(
+            self.status_url(name, namespace), json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+
+    def start_runner(self, **options: Any) -> TrainJobRunner:
+        """A runner on the server's event loop, fast knobs for tests (``poll_s`` 0.05); ``config=`` and the
+        other :class:`RunnerOptions` fields override."""
+        api = load_api(str(self.kubeconfig))
+        self.apis.append(api)
+        options.setdefault("poll_s", 0.05)
+        options.setdefault("watch_timeout_s", 30)
+        options.setdefault("config", Config(grace_s=0.5, status_interval_s=0.3))
+        runner = TrainJobRunner(api, self.app.state.services, RunnerOptions(**options))
+        assert self.client.portal is not None
+        self.client.portal.call(runner.start)
+        self.runner = runner
+        wait_for(runner.ready.is_set, 10, "the runner's first list")
+        return runner
+
+    def close(self) -> None:
+        if self.runner is not None and self.client.portal is not None:
+            self.client.portal.call(self.runner.aclose)
+        for api in self.apis:
+            api.api_client.close()
+
+
+def pod_status(step: int, total: int = 100, loss: float = 1.0, when: str | None = None) -> dict[str, Any]:
+    """A KEP-2779 body as a pod posts it (what KubeflowCallback sends at a step)."""
+    status: dict[str, Any] = {
+        "progressPercentage": step * 100 // total,
+        "metrics": [
+            {"name": "loss", "value": str(loss)},
+            {"name": "current_step", "value": str(step)},
+            {"name": "total_steps", "value": str(total)},
+        ],
+    }
+    if when is not None:
+        status["lastUpdatedTime"] = when
+    return {"trainerStatus": status}
