@@ -1,0 +1,199 @@
+"""Slow and idle clients against a real ``stepwatch server`` (a subprocess on 127.0.0.1): a client that
+trickles its headers or its body, or connects and sends nothing, is cut off after a bounded time, and
+plain clients are served meanwhile. The bounds are the server's settings, shortened here through the
+environment (STEPWATCH_HEAD_TIMEOUT_S, STEPWATCH_BODY_TIMEOUT_S) so that the tests take seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+pytest.importorskip("uvicorn")
+
+HEAD_S = 1.5
+BODY_S = 2.0
+SLACK_S = 1.5
+"""How late after its bound a cut may come on a busy machine (the bound is a timer; the cut is immediate)."""
+
+
+class Server:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("slow")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "STEPWATCH_HEAD_TIMEOUT_S": str(HEAD_S), "STEPWATCH_BODY_TIMEOUT_S": str(BODY_S)}
+    log = tmp / "server.log"
+    with open(log, "wb") as out:
+        command = [sys.executable, "-m", "stepwatch", "server", "--port", str(port), "--db", str(tmp / "sw.db")]
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    the_server = Server(port)
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(the_server.url):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield the_server
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def closed(sock: socket.socket) -> bool:
+    """Whether the server has closed ``sock`` (what it sent before is read and dropped)."""
+    while select.select([sock], [], [], 0)[0]:
+        try:
+            if not sock.recv(65536):
+                return True
+        except ConnectionError:
+            return True
+    return False
+
+
+def trickle(sock: socket.socket, data: bytes, every_s: float, limit_s: float) -> float | None:
+    """Send ``data`` a byte every ``every_s``; the seconds until the server cut the connection, or None."""
+    started = time.monotonic()
+    for i in range(len(data)):
+        if closed(sock):
+            return time.monotonic() - started
+        try:
+            sock.sendall(data[i : i + 1])
+        except OSError:  # reset by the server
+            return time.monotonic() - started
+        if time.monotonic() - started > limit_s:
+            return None
+        time.sleep(every_s)
+    return None
+
+
+def served_quickly(url: str, rounds: int = 5) -> float:
+    """The slowest of a few plain requests, each on a new connection."""
+    slowest = 0.0
+    for _ in range(rounds):
+        started = time.monotonic()
+        assert httpx.get(f"{url}/api/v1/jobs", timeout=5).status_code == 200
+        slowest = max(slowest, time.monotonic() - started)
+    return slowest
+
+
+def test_headers_sent_a_byte_at_a_time_are_cut_off_and_others_are_served(server: Server) -> None:
+    head = b"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Slow: " + b"a" * 10_000
+    sock = server.connect()
+    cut: list[float | None] = []
+    slowloris = threading.Thread(target=lambda: cut.append(trickle(sock, head, 0.05, HEAD_S + 10)))
+    slowloris.start()
+    assert served_quickly(server.url) < 1.0
+    slowloris.join(30)
+    sock.close()
+    assert cut[0] is not None and cut[0] < HEAD_S + SLACK_S, cut
+
+
+def test_a_connection_that_sends_nothing_is_closed(server: Server) -> None:
+    sock = server.connect()
+    started = time.monotonic()
+    assert sock.recv(1) == b""  # blocks until the server closes it
+    assert time.monotonic() - started < HEAD_S + SLACK_S
+    sock.close()
+
+
+def test_headers_over_64_kib_close_the_connection_at_once(server: Server) -> None:
+    sock = server.connect()
+    head = b"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Big: a\r\n" * 200_000
+    started = time.monotonic()
+    with pytest.raises(OSError):  # reset while still sending: the server stopped reading
+        sock.sendall(head)
+        assert sock.recv(1) == b""
+        raise ConnectionResetError
+    assert time.monotonic() - started < HEAD_S
+    sock.close()
+    assert served_quickly(server.url) < 1.0
+
+
+def test_a_body_sent_a_byte_at_a_time_is_a_408_and_the_connection_is_closed(server: Server) -> None:
+    body = json.dumps({"name": "slow-body"}).encode()
+    sock = server.connect()
+    sock.sendall(
+        b"POST /api/v1/namespaces/default/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body) * 100}\r\n\r\n".encode()
+    )
+    started = time.monotonic()
+    answer = b""
+    sent = 0
+    while time.monotonic() - started < BODY_S + 10:
+        if select.select([sock], [], [], 0)[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        elif sent < len(body):
+            sock.sendall(body[sent : sent + 1])
+            sent += 1
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    error = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert error["kind"] == "Status" and error["code"] == 408 and "did not arrive within 2 s" in error["message"]
+    assert BODY_S <= elapsed < BODY_S + SLACK_S, elapsed
+    assert httpx.get(f"{server.url}/api/v1/namespaces/default/jobs/slow-body").status_code == 404
+
+
+def test_a_body_nobody_reads_does_not_hold_the_connection(server: Server) -> None:
+    """A route that answers without reading the body (here: no such job) closes the connection, rather
+    than keep it alive while the client trickles a body of a terabyte."""
+    sock = server.connect()
+    sock.sendall(
+        b"POST /api/v1/namespaces/default/jobs/none/reports HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Length: 1000000000000\r\n\r\n{"
+    )
+    cut = trickle(sock, b"a" * 1000, 0.05, HEAD_S + BODY_S + 10)
+    sock.close()
+    assert cut is not None and cut < 1.0, cut
+
+
+def test_many_idle_and_slow_connections_do_not_exhaust_it(server: Server) -> None:
+    idle = [server.connect() for _ in range(400)]
+    slow = [server.connect() for _ in range(40)]
+    for sock in slow:
+        sock.sendall(b"GET /api/v1/jobs HTTP/1.1\r\n")
+    try:
+        assert served_quickly(server.url, rounds=10) < 1.0
+        with httpx.Client(base_url=server.url, timeout=5) as client:  # a kept-alive client too
+            for _ in range(10):
+                assert client.get("/api/v1/jobs").status_code == 200
+        deadline = time.monotonic() + HEAD_S + SLACK_S + 2
+        while not all(closed(s) for s in idle + slow):
+            assert time.monotonic() < deadline, f"{sum(not closed(s) for s in idle + slow)} connections still open"
+            time.sleep(0.1)
+        assert served_quickly(server.url) < 1.0
+    finally:
+        for sock in idle + slow:
+            sock.close()
