@@ -38,6 +38,7 @@ import math
 import os
 import platform
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -213,7 +214,9 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        # BENCH_SERVER_PREFIX wraps the server for profiling, e.g. "py-spy record -r 200 -f raw -o prof.txt --"
         cmd = [
+            *shlex.split(os.environ.get("BENCH_SERVER_PREFIX", "")),
             sys.executable,
             "-m",
             "stepwatch",
@@ -823,8 +826,24 @@ def section_sse(server: Server, cfg: dict[str, Any]) -> dict[str, Any]:
 
 def build_bulk(db: Path, cfg: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
     """10,000 jobs (store API), one with 1,000,000 windows of loss, points up to 10,000,000 (executemany)."""
+    from stepwatch.server.store import SQLiteStore
+
     out, job_ids = bulk_jobs(db, cfg["jobs"], progress)
     out.update(bulk_points(db, job_ids, cfg["history_windows"], max(cfg["points"], cfg["history_windows"]), progress))
+    # Ingest keeps the roll-ups of every series as it stores windows; these were written beside the store,
+    # so build them as ingest would have (SQLiteStore.rebuild_rollups), and time it.
+    store = SQLiteStore(db)
+    try:
+        t0 = time.perf_counter()
+        out["rollup_windows"] = store.rebuild_rollups()
+        out["rollups_s"] = time.perf_counter() - t0
+    finally:
+        store.close()
+    out["db_mb"] = db.stat().st_size / 2**20
+    progress(
+        f"   roll-ups of {out['rollup_windows']:,} windows built in {out['rollups_s']:.1f} s "
+        f"({out['rollup_windows'] / out['rollups_s']:,.0f} windows/s); database {out['db_mb']:,.0f} MB"
+    )
     return out
 
 
@@ -1045,6 +1064,18 @@ def history_breakdown(db: Path, max_points: int = 1000) -> dict[str, Any]:
         json.dumps({"metrics": {"loss": result}})
         encode = time.perf_counter() - t0
         del data
+        # The route's read: roll-ups and the windows after them (SQLiteStore.history_columns), then the same
+        # downsampling; the raw read above is the baseline, in the same run.
+        rollup_read = rollup_down = math.nan
+        rollup_rows = 0
+        if hasattr(store, "history_columns"):
+            t0 = time.perf_counter()
+            columns = store.history_columns(job.id, "loss", max_points)
+            rollup_read = time.perf_counter() - t0
+            rollup_rows = len(columns.steps)
+            t0 = time.perf_counter()
+            downsampled(columns, max_points)
+            rollup_down = time.perf_counter() - t0
         # What bucketing inside SQLite costs (a candidate fix; same buckets of equal count).
         t0 = time.perf_counter()
         bucketed = conn.execute(
@@ -1064,6 +1095,9 @@ def history_breakdown(db: Path, max_points: int = 1000) -> dict[str, Any]:
             "store_series_ms": 1000 * series,
             "downsampled_ms": 1000 * down,
             "json_ms": 1000 * encode,
+            "rollup_read_ms": 1000 * rollup_read,
+            "rollup_rows": rollup_rows,
+            "rollup_downsampled_ms": 1000 * rollup_down,
             "sql_bucketing_ms": 1000 * sql_bucket,
             "sql_buckets": len(bucketed),
             "query_plan": plan,
@@ -1074,8 +1108,9 @@ def history_breakdown(db: Path, max_points: int = 1000) -> dict[str, Any]:
 
 def list_breakdown(db: Path, limit: int = 10_000) -> dict[str, Any]:
     """Where ``GET /api/v1/jobs?limit=10000`` spends its time, in this process on the same file."""
+    from stepwatch.server.responses import FastJSONResponse
     from stepwatch.server.store import JobFilter, SQLiteStore
-    from stepwatch.server.views import job_view
+    from stepwatch.server.views import CompactViews, job_view
 
     store = SQLiteStore(db)
     try:
@@ -1084,24 +1119,36 @@ def list_breakdown(db: Path, limit: int = 10_000) -> dict[str, Any]:
         jobs = store.jobs(where)
         fetch = time.perf_counter() - t0
         t0 = time.perf_counter()
+        store.jobs(where)  # again: the store now holds the jobs it read
+        fetch_warm = time.perf_counter() - t0
+        t0 = time.perf_counter()
         store.count_jobs(where)
         count = time.perf_counter() - t0
         now = time.time()
         t0 = time.perf_counter()
-        try:
-            items = [job_view(j, now, compact=True) for j in jobs]  # what the list route sends by default
-        except TypeError:  # a job_view without the compact form
-            items = [job_view(j, now) for j in jobs]
+        items = [job_view(j, now, compact=True) for j in jobs]  # built from scratch (the baseline)
         views = time.perf_counter() - t0
+        kept = CompactViews()
+        for j in jobs:
+            kept.view(j, now)
+        t0 = time.perf_counter()
+        items = [kept.view(j, now + 1.0) for j in jobs]  # what the route does once the views are kept
+        views_kept = time.perf_counter() - t0
         t0 = time.perf_counter()
         body = json.dumps({"items": items, "total": len(items)}, ensure_ascii=False, separators=(",", ":"))
         encode = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        FastJSONResponse({"items": items, "total": len(items)})
+        encode_fast = time.perf_counter() - t0
         return {
             "jobs": len(jobs),
             "store_jobs_ms": 1000 * fetch,
+            "store_jobs_warm_ms": 1000 * fetch_warm,
             "count_jobs_ms": 1000 * count,
             "job_view_ms": 1000 * views,
+            "job_view_kept_ms": 1000 * views_kept,
             "json_ms": 1000 * encode,
+            "orjson_ms": 1000 * encode_fast,
             "bytes": len(body),
         }
     finally:
@@ -1373,16 +1420,22 @@ def print_details(results: dict[str, Any]) -> None:
     if brk:
         print(
             f"   list of {brk['jobs']:,} jobs in this process on the same file: SQLiteStore.jobs "
-            f"{fmt_ms(brk['store_jobs_ms'])}, count_jobs {fmt_ms(brk['count_jobs_ms'])}, job_view x{brk['jobs']:,} "
-            f"{fmt_ms(brk['job_view_ms'])}, json {fmt_ms(brk['json_ms'])} ({brk['bytes'] / 2**20:.1f} MB)"
+            f"{fmt_ms(brk['store_jobs_ms'])} cold, {fmt_ms(brk['store_jobs_warm_ms'])} warm; count_jobs "
+            f"{fmt_ms(brk['count_jobs_ms'])}; job_view x{brk['jobs']:,} {fmt_ms(brk['job_view_ms'])} from scratch, "
+            f"{fmt_ms(brk['job_view_kept_ms'])} kept (CompactViews); json {fmt_ms(brk['json_ms'])}, orjson "
+            f"{fmt_ms(brk['orjson_ms'])} ({brk['bytes'] / 2**20:.1f} MB)"
         )
     brk = results.get("history_breakdown")
     if brk:
         print(
-            f"   history-1m in this process on the same file: fetchall {fmt_ms(brk['fetchall_ms'])}, "
-            f"{brk['store_read']} {fmt_ms(brk['store_series_ms'])}, history.downsampled "
-            f"{fmt_ms(brk['downsampled_ms'])}, json {fmt_ms(brk['json_ms'])}; bucketing in SQL (candidate fix) "
+            f"   history-1m in this process on the same file, every window (baseline): fetchall "
+            f"{fmt_ms(brk['fetchall_ms'])}, {brk['store_read']} {fmt_ms(brk['store_series_ms'])}, "
+            f"history.downsampled {fmt_ms(brk['downsampled_ms'])}, json {fmt_ms(brk['json_ms'])}; bucketing in SQL "
             f"{fmt_ms(brk['sql_bucketing_ms'])}; plan: {brk['query_plan']}"
+        )
+        print(
+            f"   history-1m through the roll-ups (SQLiteStore.history_columns): {brk['rollup_rows']:,} rows in "
+            f"{fmt_ms(brk['rollup_read_ms'])}, history.downsampled {fmt_ms(brk['rollup_downsampled_ms'])}"
         )
 
 

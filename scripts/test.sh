@@ -4,6 +4,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the store suite runs on PostgreSQL too: start the local cluster when it is installed but down
+if command -v pg_isready >/dev/null 2>&1 && [ -d /etc/postgresql ] && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  echo "== starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start \
+    || echo "(PostgreSQL did not start: its tests will fail under CI and skip elsewhere)"
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+# the dashboard's browser tests drive Debian's Chromium (Playwright's own browser download cannot work here)
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "== installing chromium for the browser tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "(chromium is missing and this is not root: the browser tests will skip; apt-get install chromium)"
+  fi
+fi
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples
 .venv/bin/ruff format --check src tests benchmarks examples

@@ -56,6 +56,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         create_app(ServerSettings(db=str(db))),
         host="127.0.0.1",
         port=_free_port(),
+        log_config=None,  # logging is pytest's: dictConfig would close handlers holding its capture files
         log_level="critical",
         timeout_graceful_shutdown=1,  # live streams left open by the commands under test are cut here
     )
@@ -87,7 +88,7 @@ def _wait_for(predicate: Callable[[], T], timeout: float = 5.0) -> T:
 
 def _job(url: str, ns: str, name: str) -> dict[str, Any]:
     with Client(url) as client:
-        return client.job(name, ns)
+        return client.job(name, ns).raw
 
 
 def _register(url: str, ns: str, name: str, **fields: Any) -> str:
@@ -153,7 +154,19 @@ def test_jobs_table_wide_and_json(server: str, ns: str, capsys: pytest.CaptureFi
     code, out, err = _run_cli(capsys, "jobs", "--server", server, "-n", ns)
     assert (code, err) == (0, "")
     headers, rows = _table(out)
-    assert headers == ["NAME", "NAMESPACE", "STATE", "PROGRESS%", "STEP", "EPOCH", "ETA", "LOSS", "AGE"]
+    assert headers == [
+        "NAME",
+        "NAMESPACE",
+        "STATE",
+        "HEALTH",
+        "PROGRESS%",
+        "STEP",
+        "EPOCH",
+        "ETA",
+        "LOSS",
+        "COST",
+        "AGE",
+    ]
     assert list(rows) == ["boom", "queued", "train"]  # by name
     train = rows["train"]
     assert train["NAMESPACE"] == ns
@@ -192,7 +205,7 @@ def test_jobs_table_wide_and_json(server: str, ns: str, capsys: pytest.CaptureFi
     assert code == 0
     printed = json.loads(out)
     with Client(server) as client:
-        api = {v["name"]: v for v in client.jobs(ns)}
+        api = {v.name: v.raw for v in client.jobs(ns)}
     assert [v["name"] for v in printed] == ["boom", "queued", "train"]
     for view in printed:
         same = api[view["name"]]
@@ -239,7 +252,7 @@ def test_jobs_watch_redraws_when_piped(server: str, ns: str) -> None:
     args = build_parser().parse_args(["jobs", "--watch", "--server", server, "-n", ns])
     out, stop = io.StringIO(), threading.Event()
     with Client(server) as client:
-        views = client.jobs(ns)
+        views = [v.raw for v in client.jobs(ns)]
         watcher = threading.Thread(target=jobs_cli.watch_table, args=(client, ns, args, views, out, stop))
         started = time.monotonic()
         watcher.start()
@@ -387,7 +400,7 @@ def test_as_a_real_command(server: str, ns: str) -> None:
     done = subprocess.run([*env_python, "jobs", "--server", server, "-n", ns], capture_output=True, text=True, cwd=cwd)
     assert (done.returncode, done.stderr) == (0, "")
     headers, rows = _table(done.stdout)
-    assert headers[:4] == ["NAME", "NAMESPACE", "STATE", "PROGRESS%"]
+    assert headers[:5] == ["NAME", "NAMESPACE", "STATE", "HEALTH", "PROGRESS%"]
     assert rows["proc"]["STATE"] == "pending"
 
     url = f"http://127.0.0.1:{_free_port()}"
@@ -428,3 +441,29 @@ def test_formatting() -> None:
     assert _format.plain_table(["A", "LONG HEADER"], [["x", "1"], [_format.Cell("yyyy", "red"), "22"]]) == (
         "A      LONG HEADER\nx      1\nyyyy   22"
     )
+
+
+# ------------------------------------------------------------------------------------ describe
+
+
+def test_describe_shows_a_job_in_full(server: str, ns: str, capsys: pytest.CaptureFixture[str]) -> None:
+    token = _register(server, ns, "desc", total_steps=100, gpus=2, gpu_hour_cost=3.5)
+    run = stepwatch.init(
+        job="desc", namespace=ns, url=server, token=token, interval=0.05, params={"lr": 0.001, "model": "tiny"}
+    )
+    for step in range(1, 11):
+        run.step(loss=1.0 / step, grad_norm=0.0123)
+    _reported(server, ns, "desc", 10)
+    code, out, _ = _run_cli(capsys, "describe", "desc", "--server", server, "-n", ns)
+    assert code == 0
+    flat = re.sub(r" +", " ", out)
+    assert "Name: desc" in flat and f"Namespace: {ns}" in flat
+    assert "Health:\n State: healthy" in flat
+    assert "Step: 10/100" in flat
+    assert "Cost:\n Rate: $7.00 USD/h" in flat
+    assert "loss: 0.1\n" in flat and "grad_norm: 0.0123" in flat
+    assert "lr: 0.001" in flat and "model: tiny" in flat
+    assert "Events:" in flat and " registered attempt 1 registered" in flat and " running first report" in flat
+    run.finish()
+    code, _, err = _run_cli(capsys, "describe", "nope", "--server", server, "-n", ns)
+    assert code == 1 and "stepwatch jobs -A" in err

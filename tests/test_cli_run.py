@@ -133,9 +133,14 @@ def test_stop_is_enforced_after_the_grace_period(server: str) -> None:
 def test_ctrl_c_is_forwarded_and_the_job_is_stopped(server: str) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "stepwatch", "run", "--server", server, "--name", "interrupted", "--",
-         sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
+         sys.executable, "-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.1)"],
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )  # fmt: skip
+    assert process.stdout is not None
+    # Ctrl-C once the child runs its loop (during its interpreter's start-up Python itself exits 1)
+    assert process.stdout.readline().strip() == "ready"
     for _ in range(100):
         if job(server, "interrupted").get("state") == "running":
             break
@@ -178,11 +183,14 @@ def test_the_demo_runs_four_jobs_and_ends_everything(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "demo.db")
     try:
         jobs = {name: store.job("default", name) for name in ("fraud-converges", "fraud-diverges", "fraud-hangs")}
+        plateau = store.job("default", "fraud-plateau")
     finally:
         store.close()
     converged, diverged, hung = jobs["fraud-converges"], jobs["fraud-diverges"], jobs["fraud-hangs"]
     assert converged is not None and converged.state == "finished" and converged.step == 500
-    assert diverged is not None and diverged.nonfinite_total > 0
+    assert converged.health == "healthy" and converged.gpus == 8 and converged.gpu_hour_cost == 4.0
+    assert diverged is not None and diverged.nonfinite_total > 0 and diverged.health == "diverging"
+    assert plateau is not None and plateau.policy == {"on": {"not_learning": "checkpoint_stop"}}
     assert hung is not None and hung.state == "stopped" and hung.step is not None and hung.step < 300
 
 
@@ -208,3 +216,36 @@ def test_an_unusable_database_url_is_said_clearly() -> None:
     )
     assert done.returncode == 2
     assert "unsupported database URL 'mysql://x/y'" in done.stderr
+
+
+def test_a_policy_checkpoints_and_stops_a_diverging_job(server: str, tmp_path: Path) -> None:
+    """`stepwatch run --on diverging=checkpoint_stop`: the NaN loss makes the server queue a checkpoint and a stop;
+    the script saves and exits by itself, within the grace period, and everything is on the job's timeline."""
+    script = tmp_path / "blowup.py"
+    checkpoint = tmp_path / "ckpt.txt"
+    script.write_text(
+        "import math, stepwatch, sys, time\n"
+        "run = stepwatch.init(total_steps=10_000)\n"
+        "for step in range(1, 10_001):\n"
+        "    run.step(loss=1.0 / step if step < 30 else math.nan)\n"
+        "    if run.should_checkpoint:\n"
+        f"        open({str(checkpoint)!r}, 'w').write(str(step)); run.checkpoint_done()\n"
+        "    if run.should_stop:\n"
+        "        print('stopping at', step, 'because', run.command_reason, flush=True); break\n"
+        "    time.sleep(0.01)\n"
+        "run.finish('stopped', run.command_reason)\n"
+    )
+    done = stepwatch_run(
+        server, "--name", "blowup", "--grace", "30", "--on", "diverging=checkpoint_stop", "--",
+        sys.executable, str(script),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "stopping at" in done.stdout and "policy: " in done.stdout
+    assert checkpoint.exists() and int(checkpoint.read_text()) >= 30
+    found = job(server, "blowup")
+    assert found["state"] == "stopped" and found["health"]["state"] == "diverging"
+    assert found["policy"]["fired"]["diverging"]["action"] == "checkpoint_stop"
+    events = httpx.get(f"{server}/api/v1/namespaces/default/jobs/blowup/events", timeout=5).json()["items"]
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("health") < kinds.index("policy") < kinds.index("command") < kinds.index("stopped")
+    assert "grace period over" not in done.stderr  # it stopped by itself

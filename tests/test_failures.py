@@ -673,6 +673,7 @@ def _exit_code(pid: int) -> int:
 
 
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # Python >= 3.12 warns on threads
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # JAX (other tests) warns; the child never uses JAX
 def test_forked_child_reports_nothing_and_parent_goes_on(sink: ReportSink, healthy: ReportSink) -> None:
     base = baseline(healthy)
     run = stepwatch.init(job="forking", url=sink.url, interval=INTERVAL, flush_timeout=5)

@@ -13,6 +13,7 @@ import ast
 import copy
 import dataclasses
 import datetime as dt
+import functools
 import json
 import math
 import random
@@ -482,6 +483,28 @@ LIMIT_CASES = [
         lambda n: report(identity={"world_size": 2, "local_rank": n}),
         "identity.local_rank",
         "<= 1048576",
+    ),
+    LimitCase(
+        "max_gpus_per_report",
+        Report.from_dict,
+        lambda n: report(gpus=[{"index": i, "utilization": 50.0} for i in range(n)]),
+        "gpus",
+        "at most 64",
+    ),
+    LimitCase("max_integer", Report.from_dict, lambda n: report(seq=n), "seq", "<= 9007199254740991"),
+    LimitCase(
+        "max_integer",
+        Report.from_dict,
+        lambda n: report(progress={"step": n}),
+        "progress.step",
+        "<= 9007199254740991",
+    ),
+    LimitCase(
+        "max_depth",
+        lambda obj: Report.from_dict(lenient(obj)),
+        lambda n: report(future=functools.reduce(lambda inner, _: [inner], range(n - 1), 1)),  # n deep in all
+        "",
+        "body nests too deeply: at most 64 levels",
     ),
 ]
 LIMITS_WITH_OWN_TESTS = {"max_body_bytes", "max_name_length"}

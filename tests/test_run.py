@@ -292,6 +292,23 @@ def test_params_are_flattened_cleaned_and_sent_once() -> None:
     assert all(r.params is None for r in reports[1:])
 
 
+def test_params_given_later_go_with_the_next_report_and_add_to_the_first() -> None:
+    transport = MemoryTransport()
+    run = stepwatch.init(job="late-params", url="http://sw.test", transport=transport, interval=0.01, params={"a": 1})
+    run.step(loss=1.0)
+    assert transport_wait(transport, 2)
+    run.update(params={"trainer": {"max_epochs": 3}, "b": "x"})
+    run.update(params={"b": "y"})  # two updates before a report: the later value wins
+    run.update(params={"bad": object()})  # not a param value: sent as its text, never raised
+    run.step(loss=0.5)
+    run.finish()
+    sent = [r.params for r in _reports(transport) if r.params is not None]
+    assert sent[0] == {"a": 1}
+    later = {k: v for p in sent[1:] for k, v in p.items()}
+    assert later["trainer.max_epochs"] == 3 and later["b"] == "y" and "bad" in later
+    assert len(sent) <= 3  # params travel once each, not with every report
+
+
 def transport_wait(transport: MemoryTransport, n: int, timeout: float = 5.0) -> bool:
     done = threading.Event()
     for _ in range(int(timeout / 0.01)):
@@ -409,6 +426,26 @@ def test_tensors_are_read_in_the_sender_thread_not_in_the_training_loop() -> Non
     assert touched and set(touched) == {"stepwatch-sender"}
     window = next(m for r in _reports(transport) for m in r.metrics if m.name == "loss")
     assert (window.count, window.min, window.max, window.last) == (50, 0.0, 49.0, 49.0)
+
+
+def test_a_cpu_scalar_tensor_is_read_at_once_and_no_tensor_keeps_its_autograd_graph() -> None:
+    """A one-element tensor in host memory becomes a float on the hot path (no device to wait for, and
+    no small tensors left alive across the step to fragment the heap); any other tensor is kept by
+    reference without its graph (a ``meta`` tensor stands in for a GPU one: it is not in host memory)."""
+    torch = pytest.importorskip("torch")
+    weight = torch.ones(3, requires_grad=True)
+    run = stepwatch.init(job="settle", url="http://sw.test", transport=MemoryTransport(), interval=60)
+    cpu_loss = (weight * 2).sum()
+    device_loss = torch.ones(1, device="meta", requires_grad=True) * 2
+    vector = weight * 3
+    run.step(loss=cpu_loss, far=device_loss, vec=vector, plain=1.5)
+    queued = run._queue[-1]
+    assert type(queued["loss"]) is float and queued["loss"] == 6.0
+    assert isinstance(queued["far"], torch.Tensor) and queued["far"].device.type == "meta"
+    assert queued["far"].grad_fn is None and not queued["far"].requires_grad
+    assert isinstance(queued["vec"], torch.Tensor) and queued["vec"].grad_fn is None
+    assert queued["plain"] == 1.5
+    run.finish()
 
 
 # ----------------------------------------------------------------------------------------- surface

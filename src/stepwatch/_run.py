@@ -1,8 +1,10 @@
 """A run: what a training loop holds to report its progress, and the module-level shortcuts.
 
 The hot path (:meth:`Run.step`, :meth:`Run.log`, :meth:`Run.epoch`) touches only attributes of the
-run and appends to a deque: no I/O, no clock, no lock held by the sender, no conversion of device
-values, and nothing escapes it as an exception. Everything else happens in the sender thread.
+run and appends to a deque: no I/O, no clock, no lock held by the sender, no read of a value that
+lives on an accelerator, and nothing escapes it as an exception. Everything else happens in the
+sender thread. The one exception to "keep values by reference" is a torch tensor already in host
+memory: it is read at once (see :func:`_settle`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 if TYPE_CHECKING:  # kept out of `import stepwatch`: loaded by init() when a run reports
     from types import FrameType, TracebackType
 
+    from ._gpu import GpuReader
     from ._sender import Sender
     from ._setup import Plan
     from ._transport import Transport
@@ -47,6 +50,11 @@ _HARD_QUEUE = 16 * _SOFT_QUEUE
 """Queued entries past which the hot path folds inline (bounded memory if the sender starves)."""
 _STEP_KEY = 0
 """Where a queued metrics dict keeps its step: an int, which no keyword argument can be."""
+_PLAIN = frozenset({float, int})
+"""Value types the hot path queues without looking at them."""
+_TORCH_TENSOR = 1
+_kinds: dict[type, int] = {}
+"""What the hot path does with each class of value it has met: ``_TORCH_TENSOR`` or 0 (queue it)."""
 
 
 class Run:
@@ -90,7 +98,11 @@ class Run:
         self._should_checkpoint = False
         self._command_reason = ""
         self._finished = False
+        self._gpus: GpuReader | None = None
+        """Reads this process's GPUs for each report (made in the sender thread, at its first snapshot)."""
         self._warned: set[str] = set()
+        self._new_params: list[dict[str, Any]] = []
+        """Params given to update() since the last report (list.append and the sender's swap are atomic)."""
         self.update(total_steps=total_steps, total_epochs=total_epochs, batch_size=batch_size)
         self._buffer = WindowBuffer()
         self._queue = self._buffer.queue
@@ -109,8 +121,10 @@ class Run:
     def step(self, step: int | None = None, **metrics: Any) -> None:
         """Count one training step (or jump to ``step``) and fold ``metrics`` into the window.
 
-        Values may be Python numbers, NumPy scalars, torch tensors or JAX arrays; tensors are kept
-        by reference and read in the sender thread. Never raises.
+        Values may be Python numbers, NumPy scalars, torch tensors or JAX arrays. Accelerator
+        tensors and JAX arrays are kept by reference (a torch tensor without its autograd graph) and
+        read in the sender thread; a one-element torch tensor in host memory is read at once, which
+        needs no device synchronisation. Never raises.
         """
         try:
             if step is None:
@@ -121,6 +135,8 @@ class Run:
                     return
             self._step = step
             if metrics and self._collect:
+                if not _PLAIN.issuperset(map(type, metrics.values())):
+                    _settle(metrics)
                 # The step travels inside the kwargs dict (a fresh dict of this call) under a key no
                 # keyword can have: no tuple per step, so the garbage collector is not woken up.
                 metrics[_STEP_KEY] = step  # type: ignore[index]
@@ -136,6 +152,8 @@ class Run:
         """Fold metrics (eval results, say) into the window at the current step, without moving it."""
         try:
             if metrics and self._collect:
+                if not _PLAIN.issuperset(map(type, metrics.values())):
+                    _settle(metrics)
                 metrics[_STEP_KEY] = self._step  # type: ignore[index]
                 queue = self._queue
                 queue.append(metrics)
@@ -207,12 +225,21 @@ class Run:
         total_steps: int | None = None,
         total_epochs: float | None = None,
         batch_size: int | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         """Set what becomes known after ``init`` (a trainer learns its total steps at train start).
 
-        ``batch_size`` is the number of samples in one optimizer step across all ranks.
-        Invalid values are ignored with one warning.
+        ``batch_size`` is the number of samples in one optimizer step across all ranks. ``params``
+        are hyperparameters to add to the job's (an integration that joins a run the user started
+        sends its trainer's); they go with the next report. Invalid values are ignored with one
+        warning.
         """
+        if params:
+            from ._setup import clean_params
+
+            cleaned = clean_params(params, lambda *a: self._warn_once("params", *a))
+            if cleaned:
+                self._new_params.append(cleaned)
         if total_steps is not None:
             if _is_int(total_steps) and total_steps >= 1:
                 self._total_steps = int(total_steps)
@@ -261,7 +288,22 @@ class Run:
             total_epochs=self._total_epochs,
             samples=step * batch if batch else None,
         )
-        return Snapshot(wall_time=time.time(), progress=progress, state=self._state, reason=self._reason)
+        params: dict[str, Any] | None = None
+        if self._new_params:
+            given, self._new_params = self._new_params, []
+            params = {k: v for update in given for k, v in update.items()}
+        if self._gpus is None:
+            from ._gpu import GpuReader
+
+            self._gpus = GpuReader()
+        return Snapshot(
+            wall_time=time.time(),
+            progress=progress,
+            state=self._state,
+            reason=self._reason,
+            params=params,
+            gpus=self._gpus.read(),
+        )
 
     def _on_command(self, command: Command) -> None:
         self._command_reason = command.reason
@@ -430,6 +472,45 @@ def track(iterable: Iterable[T], total: int | None = None) -> Iterator[T]:
 def finish(state: FinalState = "finished", reason: str = "") -> bool:
     """:meth:`Run.finish` on the current run; ``False`` when there is none."""
     return _current.finish(state, reason) if _current is not None else False
+
+
+def _settle(metrics: dict[str, Any]) -> None:
+    """Read one-element CPU torch tensors now; keep other tensors without their autograd graph.
+
+    Why not keep a CPU tensor by reference until the sender reads it: its storage was allocated in
+    the middle of the step's activations, and a window of such small live blocks pins glibc's heap,
+    so every following step's activations land on fresh pages (in the benchmark's PyTorch loop the
+    heap grew by about 0.35 MiB a step, 100 MiB over a 0.5 s window, with three times the page
+    faults, and steps/s fell accordingly). ``.item()`` on a CPU tensor is a copy of one number
+    (about 0.2 us) and waits for no device. A pinned tensor may still be the target of an
+    asynchronous copy from a GPU, so it waits for the sender like an accelerator tensor; so do
+    tensor subclasses (a ``DTensor``'s ``item()`` would be a collective). ``detach()`` drops the
+    graph (and whatever it saved for backward) without a device synchronisation.
+    """
+    for name, value in metrics.items():
+        cls = value.__class__
+        kind = _kinds.get(cls)
+        if kind is None:
+            kind = _TORCH_TENSOR if cls.__name__ == "Tensor" and cls.__module__ == "torch" else 0
+            if len(_kinds) < 256:
+                _kinds[cls] = kind
+        if kind == _TORCH_TENSOR:
+            try:
+                if value.is_cpu and value.numel() == 1 and not _maybe_copying(value):
+                    metrics[name] = value.item()
+                elif value.requires_grad:
+                    metrics[name] = value.detach()
+            except Exception:  # the sender reads it, or drops it with its warning
+                pass
+
+
+def _maybe_copying(tensor: Any) -> bool:
+    """Whether a CPU tensor is pinned, so possibly still the target of a ``non_blocking`` copy.
+
+    Only asked once CUDA is initialised: pinned memory needs it, and on some torch versions
+    ``is_pinned()`` itself would initialise CUDA (a context on the GPU, and a poisoned ``fork()``).
+    """
+    return bool(sys.modules["torch"].cuda.is_initialized() and tensor.is_pinned())
 
 
 def _is_int(value: object) -> bool:

@@ -110,6 +110,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         _flag,
         "Send a final report when the process receives SIGTERM, then die as it would have.",
     ),
+    Setting(
+        "autoinstrument",
+        ("STEPWATCH_AUTOINSTRUMENT",),
+        True,
+        _flag,
+        "Give framework trainers (transformers, Lightning, Keras, tqdm) stepwatch's callback when they are "
+        "imported, with no code change: under `stepwatch run`, or with an endpoint set (the installed .pth "
+        "hook). Read at interpreter start; 0 turns it off.",
+    ),
 )
 
 
@@ -128,6 +137,7 @@ class ResolvedSettings:
     request_timeout: float
     disabled: bool
     handle_sigterm: bool
+    autoinstrument: bool
     url_source: str
     """``"argument"``, the environment variable's name, or ``""`` when no URL is set."""
 

@@ -138,12 +138,16 @@ class _Series:
         if self.count == 0:
             return None
         finite = self.count - self.nonfinite
+        mean = self.total / finite if finite else None
+        if mean is not None and not math.isfinite(mean):
+            # the sum of values near the largest floats overflowed: the mean lies within [min, max]
+            mean = self.lo / 2 + self.hi / 2 if math.isnan(mean) else min(max(mean, self.lo), self.hi)
         return MetricWindow(
             name=name,
             last=self.last,
             min=self.lo if finite else None,
             max=self.hi if finite else None,
-            mean=self.total / finite if finite else None,
+            mean=mean,
             count=self.count,
             nonfinite=self.nonfinite,
             first_step=max(self.first_step, 0),
@@ -252,16 +256,26 @@ class WindowBuffer:
 
 
 def _on_cpu(value: Any) -> bool:
-    """Whether reading ``value`` needs no device synchronisation (a CPU tensor or array)."""
-    device = getattr(value, "device", None)
-    kind = getattr(device, "type", None)  # torch: device.type; JAX: a Device with platform
-    if kind is None:
-        kind = getattr(device, "platform", None)
-    return kind == "cpu"
+    """Whether reading ``value`` needs no device synchronisation (a CPU tensor, a computed CPU array).
+
+    A JAX array on the CPU may still be computing (dispatch is asynchronous there too): it counts as
+    readable only once ``is_ready()``.
+    """
+    try:
+        device = getattr(value, "device", None)
+        kind = getattr(device, "type", None)  # torch: device.type; JAX: a Device with platform
+        if kind is None:
+            kind = getattr(device, "platform", None)
+            if kind == "cpu" and callable(getattr(value, "is_ready", None)):
+                return bool(value.is_ready())
+        return kind == "cpu"
+    except Exception:  # a sharded array without one device, say: read it in the sender
+        return False
 
 
 def _to_floats(values: list[Any]) -> list[float | None]:
-    """Floats of device values: torch tensors in one stacked transfer, others one by one.
+    """Floats of device values: torch tensors in one stacked transfer, JAX arrays in one
+    ``jax.device_get`` (all copies started before the first is waited for), others one by one.
 
     The common case (scalars of one device and dtype) costs one ``torch.stack`` and one copy; mixed
     devices, dtypes or shapes fall back to one group per kind, and the rest to ``float()``.
@@ -270,10 +284,15 @@ def _to_floats(values: list[Any]) -> list[float | None]:
     torch: Any = sys.modules.get("torch")
     tensor_type = torch.Tensor if torch is not None else ()
     tensors = [i for i, value in enumerate(values) if isinstance(value, tensor_type)]
-    is_tensor = set(tensors)
+    jax: Any = sys.modules.get("jax")
+    array_type = getattr(jax, "Array", ()) if jax is not None else ()
+    arrays = [i for i, value in enumerate(values) if isinstance(value, array_type)]
+    batched = set(tensors) | set(arrays)
     for i, value in enumerate(values):
-        if i not in is_tensor:
+        if i not in batched:
             out[i] = _one_float(value)
+    if arrays:
+        _device_get_into(jax, values, arrays, out)
     if tensors and not _stack_into(torch, values, tensors, out):
         groups: dict[tuple[Any, Any, Any], list[int]] = {}
         for i in tensors:
@@ -297,6 +316,19 @@ def _stack_into(torch: Any, values: list[Any], indices: list[int], out: list[flo
     for i, number in zip(indices, numbers):
         out[i] = float(number)
     return True
+
+
+def _device_get_into(jax: Any, values: list[Any], indices: list[int], out: list[float | None]) -> None:
+    try:
+        hosts = jax.device_get([values[i] for i in indices])
+    except Exception:  # a deleted or donated buffer, a tracer: each on its own, so one cannot spoil all
+        hosts = [values[i] for i in indices]
+    for i, host in zip(indices, hosts):
+        try:
+            if getattr(host, "size", 1) == 1:  # arrays of more than one element are not metrics
+                out[i] = float(host.reshape(()) if getattr(host, "ndim", 0) else host)
+        except Exception:
+            out[i] = None
 
 
 def _one_float(value: Any) -> float | None:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from .protocol import (
     LIMITS,
     Command,
+    GpuReading,
     Identity,
     KubeflowMetric,
     MetricWindow,
@@ -51,6 +52,10 @@ class Snapshot:
     progress: Progress
     state: ReportState = "running"
     reason: str = ""
+    params: Mapping[str, ParamValue] | None = None
+    """Params given since the last snapshot (``Run.update(params=...)``)."""
+    gpus: tuple[GpuReading, ...] = ()
+    """This process's GPUs, read (NVML) when the snapshot was taken, in the sender thread."""
 
 
 class Wire(Protocol):
@@ -92,7 +97,7 @@ class NativeWire:
         self._windows: dict[str, MetricWindow] = {}
         self._snapshot: Snapshot | None = None
         self._fresh = False
-        self._inflight: deque[tuple[bytes, tuple[str, ...], bool]] = deque()
+        self._inflight: deque[tuple[bytes, tuple[str, ...], dict[str, ParamValue] | None]] = deque()
         self._acks: list[str] = []
         self._seen: deque[str] = deque(maxlen=LIMITS.max_acks)
 
@@ -102,6 +107,8 @@ class NativeWire:
             older = self._windows.get(window.name)
             self._windows[window.name] = older.merge(window) if older else window
         self._snapshot = snapshot
+        if snapshot.params:
+            self._params = {**(self._params or {}), **snapshot.params}
         self._fresh = True
 
     def pending(self) -> bytes | None:
@@ -127,8 +134,10 @@ class NativeWire:
                 acks=acks if part == 0 else (),
                 state=snapshot.state,
                 reason=snapshot.reason[: LIMITS.max_reason_length],
+                gpus=snapshot.gpus if part == 0 else (),
             )
-            self._inflight.append((encode_body(report.to_dict()), acks if part == 0 else (), with_params))
+            sent = self._params if with_params else None
+            self._inflight.append((encode_body(report.to_dict()), acks if part == 0 else (), sent))
 
     def _chunks(self, windows: list[MetricWindow]) -> list[tuple[list[MetricWindow], bool]]:
         """Split windows so that every body fits the size limit (params travel in the first part)."""
@@ -146,8 +155,8 @@ class NativeWire:
 
     def accepted(self, body: bytes) -> list[Command]:
         """Pop the report in flight; read the commands of the answer and queue their acks."""
-        _, acks, with_params = self._inflight.popleft()
-        if with_params:
+        _, acks, sent = self._inflight.popleft()
+        if sent is not None and self._params is sent:  # params given meanwhile are a new dict: kept
             self._params = None
         if acks:
             self._acks = [a for a in self._acks if a not in acks]

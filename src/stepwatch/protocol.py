@@ -35,9 +35,14 @@ __all__ = [
     "JOB_SORT_KEYS",
     "JOB_STATES",
     "LIMITS",
+    "POLICY_ACTIONS",
+    "POLICY_HEALTH_TRIGGERS",
+    "POLICY_NOTIFY_ONLY",
+    "POLICY_TRIGGERS",
     "REPORT_STATES",
     "BodyTooLarge",
     "Command",
+    "GpuReading",
     "Identity",
     "KubeflowMetric",
     "Limits",
@@ -74,6 +79,14 @@ JOB_STATES: Final[tuple[str, ...]] = ("pending", "running", "finished", "failed"
 JOB_SORT_KEYS: Final[tuple[str, ...]] = ("name", "namespace", "state", "progress", "step", "created", "updated", "eta")
 """What job lists can be sorted by (``-`` first for descending)."""
 COMMAND_KINDS: Final[tuple[str, ...]] = ("stop", "checkpoint")
+POLICY_HEALTH_TRIGGERS: Final[tuple[str, ...]] = ("stalled", "not_learning", "diverging")
+"""Policy triggers that are a job's health."""
+POLICY_NOTIFY_ONLY: Final[tuple[str, ...]] = ("finished", "failed", "late")
+"""Policy triggers that can only be notified (the job has ended, or its ETA is past its deadline)."""
+POLICY_TRIGGERS: Final[tuple[str, ...]] = (*POLICY_HEALTH_TRIGGERS, "over_budget", "past_deadline", *POLICY_NOTIFY_ONLY)
+"""What a policy can act on (see ``stepwatch.server.policies``)."""
+POLICY_ACTIONS: Final[tuple[str, ...]] = ("none", "notify", "checkpoint_stop", "stop")
+"""What a policy can do on a trigger."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +113,15 @@ class Limits:
     max_host_length: int = 253
     max_acks: int = 64
     max_commands: int = 16
+    max_gpus_per_report: int = 64
+    """GPU readings one rank sends (the GPUs its process sees)."""
     max_world_size: int = 1 << 20
+    max_depth: int = 64
+    """Deepest nesting of objects and arrays in a body (a report nests 3 deep): a deeper one, though
+    parsed, could exhaust the stack later in any code that walks or prints it (that was a 500)."""
+    max_integer: int = 2**53 - 1
+    """Largest integer anywhere in a message (steps, counts, seq): what JavaScript reads exactly, and far
+    inside the 64-bit integers the stores keep (a larger one was a 500 from the database driver)."""
     default_interval_s: float = 2.0
     """How often the report core sends to a stepwatch server."""
     min_kubeflow_interval_s: float = 5.0
@@ -200,7 +221,10 @@ def decode_float(value: object, field: str) -> float:
     if isinstance(value, bool):
         raise ProtocolError(field, f"must be a number, got {_show(value)}")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer literal beyond the largest float (JSON allows 4300 digits)
+            raise ProtocolError(field, "must be a number within the range of a 64-bit float") from None
     if isinstance(value, str) and value in _NONFINITE_IN:
         return _NONFINITE_IN[value]
     raise ProtocolError(field, f"must be a number or 'NaN', 'Infinity', '-Infinity', got {_show(value)}")
@@ -335,7 +359,10 @@ class MetricWindow:
             lo: float | None = min(self.min, newer.min)
             hi: float | None = max(self.max, newer.max)
             # a weighted step from the older mean: no overflow near the largest floats
-            mean: float | None = self.mean + (newer.mean - self.mean) * (finite_new / finite)
+            step = self.mean + (newer.mean - self.mean) * (finite_new / finite)
+            if not math.isfinite(step):  # means of opposite signs near the largest floats: weigh each
+                step = self.mean * (finite_self / finite) + newer.mean * (finite_new / finite)
+            mean: float | None = step
         else:
             source = self if finite_self else newer
             lo, hi, mean = source.min, source.max, source.mean
@@ -476,6 +503,50 @@ ParamValue = str | int | float | bool | None
 
 
 @dataclass(frozen=True)
+class GpuReading:
+    """One GPU as one rank's sender read it (NVML): utilisation and memory, for "running, GPUs idle"."""
+
+    index: int
+    utilization: float | None = None
+    """Percent of the last sample period a kernel ran, 0..100 (``None``: not readable)."""
+    memory_used: int | None = None
+    """Bytes."""
+    memory_total: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int(self.index, "index", minimum=0, maximum=LIMITS.max_gpus_per_report * 1024)
+        if self.utilization is not None:
+            _check_number(self.utilization, "utilization", minimum=0.0)
+            if self.utilization > 100:
+                raise ProtocolError("utilization", f"is a percentage, 0..100, got {_show(self.utilization)}")
+        for name in ("memory_used", "memory_total"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(value, name, minimum=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this reading."""
+        out: dict[str, Any] = {"index": self.index}
+        for name in ("utilization", "memory_used", "memory_total"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "gpus") -> GpuReading:
+        """Validate and read a GPU reading."""
+        obj = _object(data, field)
+        with _prefix(field):
+            return cls(
+                index=_required(obj, "index"),
+                utilization=obj.get("utilization"),
+                memory_used=obj.get("memory_used"),
+                memory_total=obj.get("memory_total"),
+            )
+
+
+@dataclass(frozen=True)
 class Report:
     """One report of one rank: the unit the report core sends and the server stores.
 
@@ -494,9 +565,13 @@ class Report:
     acks: tuple[str, ...] = ()
     state: ReportState = "running"
     reason: str = ""
+    gpus: tuple[GpuReading, ...] = ()
+    """The GPUs this rank's process sees, read in the sender thread when NVML is available."""
 
     def __post_init__(self) -> None:
         _check_run_id(self.run_id, "run_id")
+        if len(self.gpus) > LIMITS.max_gpus_per_report:
+            raise ProtocolError("gpus", f"at most {LIMITS.max_gpus_per_report} GPUs per report, got {len(self.gpus)}")
         _check_int(self.seq, "seq", minimum=0)
         _check_number(self.sent_at, "sent_at", minimum=0.0)
         if self.state not in REPORT_STATES:
@@ -537,6 +612,8 @@ class Report:
             body["params"] = dict(self.params)
         if self.acks:
             body["acks"] = list(self.acks)
+        if self.gpus:
+            body["gpus"] = [g.to_dict() for g in self.gpus]
         return body
 
     @classmethod
@@ -548,6 +625,7 @@ class Report:
             raise ProtocolError("api_version", f"this server speaks {API_VERSION!r}, got {_show(version)}")
         metrics = _array(obj.get("metrics", []), "metrics", LIMITS.max_metrics_per_report)
         acks = _array(obj.get("acks", []), "acks", LIMITS.max_acks)
+        gpus = _array(obj.get("gpus", []), "gpus", LIMITS.max_gpus_per_report)
         params = obj.get("params")
         if params is not None:
             params = {k: _decode_param(v, f"params.{k}") for k, v in _object(params, "params").items()}
@@ -562,6 +640,7 @@ class Report:
             acks=tuple(acks),
             state=obj.get("state", "running"),
             reason=obj.get("reason", ""),
+            gpus=tuple(GpuReading.from_dict(g, f"gpus[{i}]") for i, g in enumerate(gpus)),
         )
 
 
@@ -673,12 +752,27 @@ def decode_body(body: bytes) -> Any:
     """Parse a request body, enforcing the size limit; raises :class:`ProtocolError`."""
     if len(body) > LIMITS.max_body_bytes:
         raise BodyTooLarge("", f"body is {len(body)} bytes; the limit is {LIMITS.max_body_bytes} bytes (64 KiB)")
+    too_deep = f"body nests too deeply: at most {LIMITS.max_depth} levels of objects and arrays"
     try:
-        return json.loads(body, parse_constant=_NONFINITE_IN.__getitem__)
+        data = json.loads(body, parse_constant=_NONFINITE_IN.__getitem__)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError("", f"body is not valid JSON: {exc}") from None
     except RecursionError:
-        raise ProtocolError("", "body nests too deeply to be a report") from None
+        raise ProtocolError("", too_deep) from None
+    # only a body with more brackets than the limit can nest deeper than it: most are not walked at all
+    if body.count(b"[") + body.count(b"{") > LIMITS.max_depth and _deeper_than(data, LIMITS.max_depth):
+        raise ProtocolError("", too_deep)
+    return data
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` deep (level by level, no recursion)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    for _ in range(limit):
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v) if isinstance(c, (dict, list))]
+        if not level:
+            return False
+    return True
 
 
 def jobs_path(namespace: str) -> str:
@@ -753,6 +847,8 @@ def _optional_float(obj: Mapping[str, Any], key: str) -> float | None:
 def _check_int(value: object, field: str, minimum: int | None = None, maximum: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ProtocolError(field, f"must be an integer, got {_show(value)}")
+    if maximum is None:
+        maximum = LIMITS.max_integer
     if minimum is not None and value < minimum:
         raise ProtocolError(field, f"must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
@@ -772,7 +868,7 @@ def _check_optional_number(value: object, field: str, minimum: float, strict: bo
 def _check_number(value: object, field: str, minimum: float, strict: bool = False) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise ProtocolError(field, f"must be a number, got {_show(value)}")
-    if not math.isfinite(value):
+    if not math.isfinite(decode_float(value, field)):
         raise ProtocolError(field, f"must be finite, got {value!r}")
     if value < minimum or (strict and value == minimum):
         raise ProtocolError(field, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")

@@ -19,7 +19,9 @@ import stepwatch
 from stepwatch.protocol import LIMITS, Report, format_rfc3339
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.errors import REASONS
-from stepwatch.server.store import SORT_KEYS
+from stepwatch.server.store import SORT_KEYS, IngestResult, PendingReport
+
+pytestmark = pytest.mark.both_stores
 
 REGISTER = "/api/v1/namespaces/default/jobs"
 JOB_A = "/api/v1/namespaces/default/jobs/job-a"
@@ -846,9 +848,9 @@ ERROR_CASES = [
             "GET",
             "/api/v1/jobs",
             400,
-            "health is not analysed by this server yet",
+            "health must be among healthy, stalled",
             "health",
-            params={"health": "stalled"},
+            params={"health": "stalled,sick"},
         ),
         id="list-health",
     ),
@@ -1142,7 +1144,7 @@ def test_a_live_job_cannot_be_registered_again_and_an_ended_one_gets_a_new_attem
     first = api.register("train", total_steps=100, gpus=8, gpu_hour_cost=2.5, params={"lr": 0.1})
     view = api.job("train")
     assert (view["attempt"], view["state"], view["params"]) == (1, "pending", {"lr": 0.1})
-    assert view["resources"] == {"gpus": 8.0, "gpu_hour_cost": 2.5}
+    assert view["resources"] == {"gpus": 8.0, "gpu_type": None, "gpu_hour_cost": 2.5}
     api.report_ok("train", first, make_report(1, 30, {"loss": 0.9}))
     response = api.client.post(REGISTER, json={"name": "train"})
     assert_status(
@@ -1463,10 +1465,12 @@ def test_a_long_history_is_downsampled_keeping_the_spike_and_the_nan(
     api.register("long", total_steps=5000)
     job = api.store.job("default", "long")
     spike, nan = 3210, 4321
+    batch = []
     for i in range(1, 5001):
         value = 1e6 if i == spike else (math.nan if i == nan else 1.0 + 1.0 / i)
-        report = Report.from_dict(make_report(i, i, {"loss": value}))
-        job = api.store.ingest_report(job, report, api.clock.advance(1)).job
+        batch.append(PendingReport(job, Report.from_dict(make_report(i, i, {"loss": value})), api.clock.advance(1)))
+    for start in range(0, len(batch), 500):  # as the server's group commit would write them
+        assert all(isinstance(r, IngestResult) for r in api.store.ingest_reports(batch[start : start + 500]))
 
     full = api.history("long", max_points=10000)["loss"]
     assert len(full) == 5000 and sum(p["count"] for p in full) == 5000
@@ -1495,8 +1499,9 @@ def test_openapi_describes_every_route_of_the_app(app: Any, api: Any) -> None:
     for route in app.routes:
         if hasattr(route, "methods") and route.methods:
             served.setdefault(route.path, set()).update(m.lower() for m in route.methods - {"HEAD"})
-    # the description does not describe itself nor its viewer (FastAPI leaves these out of the schema too)
-    undocumented = {"/openapi.json", "/docs"}
+    # the description does not describe itself nor its viewer (FastAPI leaves these out of the schema too),
+    # nor the dashboard's page (its files are under the /ui mount)
+    undocumented = {"/openapi.json", "/docs", "/"}
     assert set(served) - undocumented == set(paths)
     for path, methods in served.items():
         if path in undocumented:
@@ -1586,3 +1591,35 @@ def _wait_until(done: Callable[[], bool], timeout: float = 3.0) -> None:
     while not done():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_health_is_shown_filtered_and_its_changes_are_events(
+    api: Any, make_report: Callable[..., dict[str, Any]]
+) -> None:
+    token = api.register("plateau", total_steps=100)
+    api.register("fine")
+    api.report_ok("plateau", token, make_report(1, 10, {"loss": 0.5}))
+    job = api.store.job("default", "plateau")
+    evidence = {"metric": "loss", "message": "loss has not improved by 1% over the last 2,000 steps"}
+    api.store.set_health(job.id, "not_learning", 1234.0, evidence, api.clock())
+    view = api.job("plateau")
+    assert view["health"] == {"state": "not_learning", "since": 1234.0, "evidence": evidence}
+    assert [j["name"] for j in api.jobs(health="not_learning,stalled")["items"]] == ["plateau"]
+    assert [j["name"] for j in api.jobs(health="unknown")["items"]] == ["fine"]
+    assert api.jobs(health="not_learning")["items"][0]["health"]["state"] == "not_learning"  # compact views too
+    events = [e for e in api.events("plateau") if e["kind"] == "health"]
+    assert [e["message"] for e in events] == [evidence["message"]]
+    api.store.set_health(job.id, "not_learning", 1234.0, evidence, api.clock())  # no change: no new event
+    assert len([e for e in api.events("plateau") if e["kind"] == "health"]) == 1
+
+
+def test_a_job_shows_every_rank_newest_report(api: Any, make_report: Callable[..., dict[str, Any]]) -> None:
+    token = api.register("ddp", total_steps=100)
+    api.report_ok("ddp", token, make_report(1, 10, {"loss": 1.0}, world_size=2, sent_at=100.0))
+    api.clock.advance(5)
+    api.report_ok("ddp", token, make_report(1, 9, run_id="run-r1", rank=1, world_size=2, sent_at=101.0))
+    api.clock.advance(1)
+    ranks = api.job("ddp")["ranks"]
+    assert [(r["rank"], r["step"]) for r in ranks] == [(0, 10), (1, 9)]
+    assert [round(r["last_report_age_seconds"]) for r in ranks] == [6, 1]
+    assert all(isinstance(r["host"], str) and isinstance(r["pid"], int) for r in ranks)

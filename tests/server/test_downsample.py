@@ -296,3 +296,40 @@ def test_speed_against_a_plain_loop() -> None:
         f"\ndownsample_columns 1M->1000: {min(ours) * 1e3:.1f} ms; plain loop: {min(base) * 1e3:.1f} ms; x{ratio:.1f}"
     )
     assert ratio < 15
+
+
+def test_merged_inputs_of_different_sizes_are_bucketed_by_windows() -> None:
+    # three roll-ups of 64 windows, then 64 single windows: 256 windows in 67 entries
+    steps = [64, 128, 192, *range(193, 257)]
+    n = len(steps)
+    windows = [64, 64, 64, *([1] * 64)]
+    first_steps = [1, 65, 129, *range(193, 257)]
+    c = downsample_columns(
+        steps,
+        [float(s) for s in steps],
+        [1.0] * n,
+        [0.5] * n,
+        [2.0] * n,
+        [1.0] * n,
+        windows,
+        [0] * n,
+        4,
+        first_steps=first_steps,
+        windows=windows,
+    )
+    assert c.windows == [64, 64, 64, 64]  # by windows: not three buckets for three entries and one for 64
+    assert c.first_steps == [1, 65, 129, 193] and c.steps == [64, 128, 192, 256]
+    # an entry larger than a bucket is a bucket of its own; the rest still share the windows out
+    c = downsample_columns(
+        [100, 101, 102],
+        [0.0, 1.0, 2.0],
+        [1.0] * 3,
+        [1.0] * 3,
+        [1.0] * 3,
+        [1.0] * 3,
+        [100, 1, 1],
+        [0] * 3,
+        2,
+        windows=[100, 1, 1],
+    )
+    assert c.windows == [100, 2]

@@ -164,7 +164,10 @@ def test_a_subscriber_sees_jobs_and_points_as_they_happen(
         _report(http, "watched", token, make_report(2, 10, {"loss": 0.1}, state="finished"))
         events = stream.wait_for(lambda es: any(e["event"] == "event" and e["data"]["kind"] == "finished" for e in es))
         changes = [(e["data"]["name"], e["data"]["kind"]) for e in events if e["event"] == "event"]
-        assert changes == [("watched", "running"), ("watched", "finished")]
+        assert changes == [("watched", "running"), ("watched", "health"), ("watched", "finished")]
+        health = next(e["data"] for e in events if e["event"] == "event" and e["data"]["kind"] == "health")
+        assert health["data"]["health"] == "diverging"  # the NaN loss of the first report
+        assert health["data"]["evidence"]["metric"] == "loss"
     finally:
         stream.close()
     deadline = time.monotonic() + 3

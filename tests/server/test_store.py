@@ -1,8 +1,10 @@
-"""The SQLite store on real files: records, idempotency, order, commands, events, listing, non-finite
-values, persistence, WAL, a SIGKILLed server, a locked database and storage that cannot be used."""
+"""The store on real databases: records, idempotency, order, commands, events, listing, non-finite
+values, persistence, caches across processes — on SQLite and on PostgreSQL (``both_stores``) — then,
+SQLite's own: WAL, a SIGKILLed server, a locked database and storage that cannot be used."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -22,9 +24,11 @@ import pytest
 
 from stepwatch.protocol import Report
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server.store import JobFilter, SQLiteStore, StoreError
+from stepwatch.server.store import IngestResult, JobFilter, PendingReport, SQLiteStore, Store, StoreError
+from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION
 
 MakeReport = Callable[..., dict[str, Any]]
+pytestmark = pytest.mark.both_stores
 
 
 @pytest.fixture
@@ -37,7 +41,7 @@ def report(make_report: MakeReport) -> Callable[..., Report]:
     return make
 
 
-def test_register_creates_attempts_and_refuses_a_live_name(store: SQLiteStore) -> None:
+def test_register_creates_attempts_and_refuses_a_live_name(store: Store) -> None:
     job = store.register(
         "team",
         "a",
@@ -76,7 +80,7 @@ def test_register_creates_attempts_and_refuses_a_live_name(store: SQLiteStore) -
     assert store.events(job_id=job.id)[-1].data == {"exit_code": 137}
 
 
-def test_supersede_ends_the_live_attempt(store: SQLiteStore) -> None:
+def test_supersede_ends_the_live_attempt(store: Store) -> None:
     job = store.register("team", "a", token_hash="h1", now=10.0)
     second = store.register("team", "a", token_hash="h2", now=11.0, supersede=True)
     assert second.attempt == 2
@@ -85,18 +89,20 @@ def test_supersede_ends_the_live_attempt(store: SQLiteStore) -> None:
     assert [e.kind for e in store.events(job_id=job.id)] == ["registered", "failed"]
 
 
-def test_tokens_are_stored_only_as_hashes(db_path: Path) -> None:
+def test_tokens_are_stored_only_as_hashes(store: Store, database: Any) -> None:
     from starlette.testclient import TestClient
 
-    with TestClient(create_app(ServerSettings(db=str(db_path)))) as client:
+    with TestClient(create_app(store=store)) as client:
         token = client.post("/api/v1/namespaces/default/jobs", json={"name": "secret"}).json()["token"]
-    assert token.encode() not in db_path.read_bytes()
-    with sqlite3.connect(db_path) as conn:
-        (stored,) = conn.execute("SELECT token_hash FROM jobs").fetchone()
+    if database.backend == "sqlite":
+        assert token.encode() not in database.path.read_bytes()
+    [(stored,)] = database.execute("SELECT token_hash FROM jobs")
     assert stored == hashlib.sha256(token.encode()).hexdigest()
+    found = database.execute("SELECT COUNT(*) FROM jobs WHERE token_hash = ? OR params LIKE ?", (token, f"%{token}%"))
+    assert found == [(0,)]
 
 
-def test_a_report_is_stored_once(store: SQLiteStore, report: Callable[..., Report]) -> None:
+def test_a_report_is_stored_once(store: Store, report: Callable[..., Report]) -> None:
     job = store.register("ns", "a", token_hash="h", now=10.0)
     first = store.ingest_report(job, report(1, 5, {"loss": 0.5}, total_steps=50), 20.0)
     assert not first.duplicate and [w.name for w in first.new_points] == ["loss"]
@@ -110,7 +116,7 @@ def test_a_report_is_stored_once(store: SQLiteStore, report: Callable[..., Repor
     assert [e.kind for e in store.events(job_id=job.id)] == ["registered", "running"]
 
 
-def test_an_older_report_is_history_only(store: SQLiteStore, report: Callable[..., Report]) -> None:
+def test_an_older_report_is_history_only(store: Store, report: Callable[..., Report]) -> None:
     job = store.register("ns", "a", token_hash="h", now=10.0)
     job = store.ingest_report(job, report(2, 50, {"loss": 0.2}, sent_at=200.0, total_steps=100), 20.0).job
     late = store.ingest_report(job, report(1, 40, {"loss": 0.3}, sent_at=190.0, total_steps=100), 21.0)
@@ -134,9 +140,7 @@ def test_an_older_report_does_not_change_the_estimate(api: Any, make_report: Mak
     assert after["eta"] == before["eta"]
 
 
-def test_commands_are_pending_until_acknowledged_by_their_own_job(
-    store: SQLiteStore, report: Callable[..., Report]
-) -> None:
+def test_commands_are_pending_until_acknowledged_by_their_own_job(store: Store, report: Callable[..., Report]) -> None:
     job = store.register("ns", "a", token_hash="h", now=10.0)
     other = store.register("ns", "b", token_hash="h", now=10.0)
     stop = store.add_command(job, "stop", "plateau", 11.0)
@@ -162,7 +166,7 @@ def test_commands_are_pending_until_acknowledged_by_their_own_job(
     assert store.events(job_id=job.id)[1].message == "stop requested: plateau"
 
 
-def test_events_page_by_id_and_filter_by_job_and_namespace(store: SQLiteStore) -> None:
+def test_events_page_by_id_and_filter_by_job_and_namespace(store: Store) -> None:
     a = store.register("team-a", "x", token_hash="h", now=1.0)
     b = store.register("team-b", "y", token_hash="h", now=2.0)
     store.add_command(a, "stop", "", 3.0)
@@ -182,7 +186,7 @@ def test_events_page_by_id_and_filter_by_job_and_namespace(store: SQLiteStore) -
     assert store.events(after=ids[-1]) == []
 
 
-def test_jobs_filter_sort_and_count(store: SQLiteStore, report: Callable[..., Report]) -> None:
+def test_jobs_filter_sort_and_count(store: Store, report: Callable[..., Report]) -> None:
     made = {}
     for i, (namespace, name, total, step) in enumerate(
         [("a", "one", 100, 90), ("a", "two", 10, 1), ("b", "three", None, None), ("b", "four", 50, 25)]
@@ -206,7 +210,7 @@ def test_jobs_filter_sort_and_count(store: SQLiteStore, report: Callable[..., Re
     assert store.count_jobs(JobFilter()) == 4 and store.count_jobs(JobFilter(namespace="a", min_progress=50)) == 1
 
 
-def test_series_are_in_step_order(store: SQLiteStore, report: Callable[..., Report]) -> None:
+def test_series_are_in_step_order(store: Store, report: Callable[..., Report]) -> None:
     job = store.register("ns", "a", token_hash="h", now=0.0)
     for seq, (step, value) in enumerate([(30, 3.0), (10, 1.0), (20, 2.0), (20, 2.5)], start=1):
         job = store.ingest_report(job, report(seq, step, {"loss": value}, sent_at=float(seq)), 10.0 + seq).job
@@ -220,7 +224,7 @@ def test_series_are_in_step_order(store: SQLiteStore, report: Callable[..., Repo
     assert store.metric_names(job.id) == ["loss"]
 
 
-def test_progress_samples_are_rank_0_steps_in_arrival_order(store: SQLiteStore, report: Callable[..., Report]) -> None:
+def test_progress_samples_are_rank_0_steps_in_arrival_order(store: Store, report: Callable[..., Report]) -> None:
     job = store.register("ns", "a", token_hash="h", now=0.0)
     job = store.ingest_report(job, report(1, 5, world_size=2), 10.0).job
     job = store.ingest_report(job, report(1, 9, rank=1, world_size=2), 11.0).job
@@ -230,7 +234,7 @@ def test_progress_samples_are_rank_0_steps_in_arrival_order(store: SQLiteStore, 
     assert [(s.t, s.step) for s in store.progress_samples(job.id, since=11.0)] == [(13.0, 8)]
 
 
-def test_non_finite_values_are_stored_as_such(store: SQLiteStore, db_path: Path, report: Callable[..., Report]) -> None:
+def test_non_finite_values_are_stored_as_such(store: Store, database: Any, report: Callable[..., Report]) -> None:
     job = store.register("ns", "a", token_hash="h", now=0.0)
     values = {"nan": [math.nan], "inf": [math.inf], "ninf": [2.0, -math.inf], "fine": [1.5]}
     job = store.ingest_report(job, report(1, 7, values), 1.0).job
@@ -243,17 +247,16 @@ def test_non_finite_values_are_stored_as_such(store: SQLiteStore, db_path: Path,
     (ninf,) = store.series(job.id, "ninf")
     assert (ninf.last, ninf.min, ninf.max, ninf.count, ninf.nonfinite) == (-math.inf, 2.0, 2.0, 2, 1)
     store.close()
-    reopened = SQLiteStore(db_path)
-    try:
-        assert math.isnan(reopened.series(job.id, "nan")[0].last)
-        assert reopened.series(job.id, "inf")[0].last == math.inf
-        assert math.isnan(reopened.job("ns", "a").last_metrics["nan"])  # type: ignore[union-attr]
-    finally:
-        reopened.close()
+    reopened = database.open()
+    assert math.isnan(reopened.series(job.id, "nan")[0].last)
+    assert reopened.series(job.id, "inf")[0].last == math.inf
+    assert math.isnan(reopened.job("ns", "a").last_metrics["nan"])
+    # NaN is a value of its own, not a missing one (SQLite would make it NULL if it were stored as a float)
+    assert database.execute("SELECT COUNT(*) FROM points WHERE last IS NULL") == [(0,)]
 
 
-def test_everything_survives_closing_and_reopening(db_path: Path, report: Callable[..., Report]) -> None:
-    store = SQLiteStore(db_path)
+def test_everything_survives_closing_and_reopening(database: Any, report: Callable[..., Report]) -> None:
+    store = database.open()
     job = store.register("ns", "a", token_hash="h", now=1.0, total_steps=10, params={"lr": 0.1})
     for seq in range(1, 4):
         job = store.ingest_report(job, report(seq, seq, {"loss": 1.0 / seq}, total_steps=10), 1.0 + seq).job
@@ -271,7 +274,7 @@ def test_everything_survives_closing_and_reopening(db_path: Path, report: Callab
     )
     store.close()
 
-    reopened = SQLiteStore(db_path)
+    reopened = database.open()
     try:
         after = (
             reopened.job("ns", "a"),
@@ -289,12 +292,15 @@ def test_everything_survives_closing_and_reopening(db_path: Path, report: Callab
         assert reopened.register("ns", "b", token_hash="h", now=8.0).attempt == 2
     finally:
         reopened.close()
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+    if database.backend == "sqlite":
+        with sqlite3.connect(database.path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
-def test_the_database_is_in_wal_mode(store: SQLiteStore, db_path: Path) -> None:
+def test_the_database_is_in_wal_mode(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
     store.register("ns", "a", token_hash="h", now=0.0)
+    store.close()
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert Path(f"{db_path}-wal").exists()
@@ -531,3 +537,73 @@ def test_a_read_only_directory_fails_at_startup_naming_the_database(tmp_path: Pa
             create_app(ServerSettings(db=str(locked / "sw.db")))
     finally:
         locked.chmod(0o700)
+
+
+def test_a_batch_of_reports_of_one_job_builds_on_each_other(
+    store: Store, database: Any, report: Callable[..., Report]
+) -> None:
+    job = store.register("ns", "a", token_hash="h", now=10.0)
+    batch = [
+        PendingReport(job, report(1, 5, {"loss": 0.5, "acc": math.nan}, total_steps=50), 20.0),
+        PendingReport(job, report(2, 9, {"loss": 0.4}), 21.0),  # the same stale `job`: the store knows better
+        PendingReport(job, report(2, 9, {"loss": 0.4}), 21.5),  # a retry in the same batch
+    ]
+    first, second, retry = store.ingest_reports(batch)
+    assert isinstance(first, IngestResult) and isinstance(second, IngestResult) and isinstance(retry, IngestResult)
+    assert not first.duplicate and not second.duplicate and retry.duplicate
+    assert second.job.step == 9 and second.job.total_steps == 50 and second.job.nonfinite_total == 1
+    assert second.job.last_metrics["loss"] == 0.4 and math.isnan(second.job.last_metrics["acc"])
+    assert second.sample is not None and (second.sample.t, second.sample.step) == (21.0, 9)
+    # what the batch answered is what the database holds, read back by a store with no cache
+    stored = database.open().job_by_id(job.id)
+    assert stored is not None
+    nan_safe = {"last_metrics": {k: repr(v) for k, v in stored.last_metrics.items()}}
+    answered = {"last_metrics": {k: repr(v) for k, v in second.job.last_metrics.items()}}
+    assert dataclasses.replace(stored, **nan_safe) == dataclasses.replace(second.job, **answered)
+
+
+def test_a_failing_report_in_a_batch_fails_alone(store: Store, report: Callable[..., Report]) -> None:
+    job = store.register("ns", "a", token_hash="h", now=10.0)
+    ghost = dataclasses.replace(job, id=10_000, name="ghost")
+    ok, missing, ok_again = store.ingest_reports(
+        [
+            PendingReport(job, report(1, 1, {"loss": 1.0}), 20.0),
+            PendingReport(ghost, report(1, 1, {"loss": 1.0}), 20.0),
+            PendingReport(job, report(2, 2, {"loss": 0.9}), 21.0),
+        ]
+    )
+    assert isinstance(ok, IngestResult) and isinstance(missing, StoreError) and "ns/ghost" in str(missing)
+    assert isinstance(ok_again, IngestResult) and ok_again.job.step == 2
+    assert [p.step for p in store.series(job.id, "loss")] == [1, 2]
+
+
+def test_the_job_cache_follows_writes_and_another_process(
+    store: Store, database: Any, report: Callable[..., Report]
+) -> None:
+    job = store.register("ns", "a", token_hash="h1", now=10.0)
+    assert store.cached_job("ns", "a") == job and store.cached_token_hash(job.id) == "h1"
+    job = store.ingest_report(job, report(1, 3, {"loss": 1.0}), 11.0).job
+    assert store.cached_job("ns", "a") == job == store.job("ns", "a")
+    # another process (here: another store on the same database) finishes it and starts attempt 2
+    other = database.open()
+    other.set_state(job, "finished", 12.0)
+    second = other.register("ns", "a", token_hash="h2", now=13.0)
+    other.close()
+    # SQLite: the next write of this store sees the file changed and forgets what it cached;
+    # PostgreSQL: the other store's notification makes it forget (within milliseconds)
+    store.set_estimate(job.id, None, None, 14.0)
+    deadline = time.monotonic() + 5
+    while getattr(store.job("ns", "a"), "id", None) != second.id and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.cached_job("ns", "a") is None or store.cached_job("ns", "a") == store.job("ns", "a")
+    latest = store.job("ns", "a")
+    assert latest is not None and latest.id == second.id and store.token_hash(second.id) == "h2"
+    assert store.job_by_id(job.id) is not None and store.job_by_id(job.id).state == "finished"  # type: ignore[union-attr]
+
+
+def test_params_of_later_reports_add_to_the_first(store: Store, report: Callable[..., Report]) -> None:
+    job = store.register("ns", "p", token_hash="h", now=0.0, params={"lr": 0.1})
+    job = store.ingest_report(job, report(1, 1, params={"batch": 32}), 1.0).job
+    job = store.ingest_report(job, report(2, 2, params={"lr": 0.2}), 2.0).job
+    assert job.params == {"lr": 0.2, "batch": 32}
+    assert store.job_by_id(job.id).params == {"lr": 0.2, "batch": 32}  # type: ignore[union-attr]

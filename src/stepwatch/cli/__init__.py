@@ -11,7 +11,20 @@ from .._version import __version__
 
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: tuple[str, ...] = ("config", "server", "run", "demo", "jobs", "watch", "stop")
+COMMANDS: tuple[str, ...] = (
+    "config",
+    "server",
+    "run",
+    "demo",
+    "jobs",
+    "describe",
+    "watch",
+    "top",
+    "stop",
+    "policy",
+    "token",
+    "db",
+)
 """Command modules, in the order of ``stepwatch --help``; each has ``register(subparsers)``."""
 
 

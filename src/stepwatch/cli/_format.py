@@ -19,6 +19,7 @@ __all__ = [
     "END_STATES",
     "Cell",
     "add_server_flags",
+    "add_token_flag",
     "age",
     "clock_time",
     "duration",
@@ -170,6 +171,32 @@ def state_style(state: str) -> str:
     return _STATE_STYLES.get(state, "")
 
 
+_HEALTH_STYLES = {
+    "healthy": "green",
+    "stalled": "bold yellow",
+    "not_learning": "yellow",
+    "diverging": "bold red",
+    "straggling": "yellow",
+}
+
+
+def health_cell(view: Mapping[str, Any]) -> Cell:
+    """A job's health (``-`` while unknown), styled."""
+    state = str((view.get("health") or {}).get("state") or "unknown")
+    return Cell("-" if state == "unknown" else state, _HEALTH_STYLES.get(state, ""))
+
+
+def cost_text(view: Mapping[str, Any], since: float = 0.0) -> str:
+    """What a job has cost so far (``since``: seconds since the view was read, for a running job)."""
+    cost = view.get("cost") or {}
+    spent, rate = cost.get("spent"), cost.get("rate_per_hour")
+    if spent is None:
+        return "-"
+    if rate and view.get("state") == "running":
+        spent += rate * since / 3600
+    return f"${spent:,.2f}"
+
+
 # -------------------------------------------------------------------------------------- tables
 
 
@@ -183,8 +210,14 @@ class Cell(NamedTuple):
 Row = Sequence["str | Cell"]
 
 
+def printable(text: str) -> str:
+    """``text`` with its control and format characters shown as escapes (``\\x1b``): what a job or a user
+    wrote (reasons, params, event messages) must not drive the terminal (colours, title, clipboard, cursor)."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _text(cell: str | Cell) -> str:
-    return cell.text if isinstance(cell, Cell) else cell
+    return printable(cell.text if isinstance(cell, Cell) else cell)
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -211,7 +244,7 @@ def rich_table(headers: Sequence[str], rows: Sequence[Row]) -> Any:
     for header in headers:
         table.add_column(header, no_wrap=True)
     for row in rows:
-        table.add_row(*(Text(c.text, style=c.style) if isinstance(c, Cell) else Text(c) for c in row))
+        table.add_row(*(Text(_text(c), style=c.style) if isinstance(c, Cell) else Text(_text(c)) for c in row))
     return table
 
 
@@ -244,6 +277,17 @@ def add_server_flags(parser: Any) -> None:
         "--namespace",
         default=os.environ.get("STEPWATCH_NAMESPACE") or "default",
         help="namespace of the job(s) (default: $STEPWATCH_NAMESPACE, else default)",
+    )
+    add_token_flag(parser)
+
+
+def add_token_flag(parser: Any) -> None:
+    """``--token``: the API token of a server with authentication on."""
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=None,
+        help="API token, for a server with authentication on (default: $STEPWATCH_API_TOKEN; see docs/auth.md)",
     )
 
 

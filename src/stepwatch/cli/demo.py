@@ -1,14 +1,18 @@
 """``stepwatch demo``: the embedded server and four real training runs that show what stepwatch sees.
 
 Four small NumPy classifiers train on generated, imbalanced fraud-like data, each under the local
-runner's supervision: one converges, one diverges to NaN (learning rate far too high), one stops
-improving (plateau), one hangs mid-run. The demo prints where to look and a short live summary until
-the runs end, ``--duration`` runs out, or Ctrl-C; it then ends everything it started.
+runner's supervision: one converges (healthy), one diverges to NaN (learning rate far too high:
+diverging), one stops improving (not learning; its policy then checkpoints and stops it), one hangs
+mid-run (stalled). Each pretends to hold 8 GPUs at 4 USD an hour, so cost, waste and savings show. The
+server's health windows are shortened to fit runs of a few minutes. The demo prints where to look and a
+short live summary until the runs end, ``--duration`` runs out, or Ctrl-C; it then ends everything it
+started.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -26,6 +30,17 @@ SCENARIOS: dict[str, str] = {
     "fraud-plateau": "plateau",
     "fraud-hangs": "hang",
 }
+
+POLICIES: dict[str, list[str]] = {
+    "fraud-plateau": ["--on", "not_learning=checkpoint_stop"],
+}
+"""The Friday-night job: its owner opted in, so when it stops learning it saves a checkpoint and stops."""
+
+DEMO_HEALTH = {"warmup_s": 20, "plateau_min_s": 30, "standstill_floor_s": 20, "startup_s": 30, "stall_floor_s": 10}
+"""Health windows for runs of a few minutes (real jobs get minutes-long windows; see docs/health.md)."""
+
+DEMO_GPUS = ("--gpus", "8", "--gpu-hour-cost", "4.0")
+"""What the demo's runs pretend to hold, so that cost, waste and savings show (8 GPUs at 4 USD an hour)."""
 
 
 def register(commands: Any) -> None:
@@ -69,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
         [sys.executable, "-m", "stepwatch", "server", "--port", str(args.port), "--db", db, "--log-level", "warning"],
         stdout=subprocess.DEVNULL,
         start_new_session=True,
+        env={
+            **os.environ,
+            "STEPWATCH_HEALTH": os.environ.get("STEPWATCH_HEALTH") or json.dumps(DEMO_HEALTH),
+            "STEPWATCH_HEALTH_SWEEP_S": os.environ.get("STEPWATCH_HEALTH_SWEEP_S") or "2",
+        },
     )
     started.append(server)
     client = Client(url)
@@ -79,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         env = {**os.environ, "STEPWATCH_SERVER": url, "STEPWATCH_INTERVAL": "1"}
         for job, scenario in SCENARIOS.items():
             command = [
-                sys.executable, "-m", "stepwatch", "run", "--name", job, "--server", url, "--grace", "10", "--",
+                sys.executable, "-m", "stepwatch", "run", "--name", job, "--server", url, "--grace", "10",
+                *DEMO_GPUS, *POLICIES.get(job, []), "--",
                 sys.executable, "-m", "stepwatch.cli.demo_job", "--scenario", scenario,
                 "--steps", str(args.steps), "--step-delay", str(args.step_delay),
                 "--checkpoint-dir", str(workdir / job),
@@ -92,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"stepwatch demo: server at {url} (database {db}); {len(SCENARIOS)} training runs started.")
         print(f"  watch them:        stepwatch jobs --watch --server {url}")
         print(f"  follow one:        stepwatch watch fraud-converges --server {url}")
-        print(f"  stop one:          stepwatch stop fraud-plateau --server {url}")
+        print(f"  the dashboard:     {url}/")
+        print(f"  stop one:          stepwatch stop fraud-converges --server {url}")
+        print(f"  why is it flagged: stepwatch describe fraud-diverges --server {url}")
+        print("  fraud-plateau has a policy: when it stops learning, it saves a checkpoint and stops.")
         print(f"  the API:           {url}/docs")
         print("Ctrl-C ends the demo and everything it started.\n", flush=True)
         return _summarise(client, started[1:], args.duration)
@@ -121,7 +145,7 @@ def _summarise(client: Any, runs: list[subprocess.Popen[bytes]], duration: float
     while duration is None or time.monotonic() - began < duration:
         time.sleep(min(5.0, duration or 5.0))
         try:
-            jobs = {j["name"]: j for j in client.jobs()}
+            jobs = {j.name: j.raw for j in client.jobs()}
         except Exception as exc:
             print(f"stepwatch demo: the server does not answer ({exc})", file=sys.stderr)
             return 1
@@ -133,7 +157,8 @@ def _summarise(client: Any, runs: list[subprocess.Popen[bytes]], duration: float
             percent = job["progress"]["percent"]
             loss = job["metrics"].get("loss")
             loss_text = f"{loss:.4g}" if isinstance(loss, float) else str(loss)
-            parts.append(f"{name} {job['state']} {percent or 0:.0f}% loss {loss_text}")
+            health = (job.get("health") or {}).get("state", "unknown")
+            parts.append(f"{name} {job['state']} {health} {percent or 0:.0f}% loss {loss_text}")
         print(" | ".join(parts), flush=True)
         live = [r for r in runs if r.poll() is None]
         if len(live) <= 1 and all(j.get("state") != "running" for n, j in jobs.items() if n != "fraud-hangs"):

@@ -14,8 +14,10 @@ from ._format import (
     add_server_flags,
     age,
     clock_time,
+    cost_text,
     epoch_text,
     eta_text,
+    health_cell,
     is_terminal,
     loss_of,
     loss_text,
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HEADERS", "WIDE_HEADERS", "job_row", "register", "run", "sort_jobs", "watch_table"]
 
-HEADERS = ("NAME", "NAMESPACE", "STATE", "PROGRESS%", "STEP", "EPOCH", "ETA", "LOSS", "AGE")
+HEADERS = ("NAME", "NAMESPACE", "STATE", "HEALTH", "PROGRESS%", "STEP", "EPOCH", "ETA", "LOSS", "COST", "AGE")
 WIDE_HEADERS = (*HEADERS, "ATTEMPT", "STEPS/S", "FINISH", "LAST REPORT")
 REDRAW_EVERY_S = 1.0
 """When piped, a new table at most this often; on a terminal, ages and ETAs tick this often."""
@@ -49,9 +51,9 @@ def register(commands: Any) -> None:
     """Add the ``jobs`` command."""
     parser = commands.add_parser(
         "jobs",
-        help="list jobs with progress, step, epoch, ETA and loss",
+        help="list jobs with health, progress, step, epoch, ETA, loss and cost",
         description=(
-            "List jobs (their latest attempts) with progress, step, epoch, ETA, loss and age. "
+            "List jobs (their latest attempts) with health, progress, step, epoch, ETA, loss, cost and age. "
             "With --watch the table is redrawn on every change until Ctrl-C."
         ),
     )
@@ -94,11 +96,13 @@ def job_row(view: dict[str, Any], *, wide: bool = False, now: float | None = Non
         view["name"],
         view["namespace"],
         Cell(state, state_style(state)),
+        health_cell(view),
         percent(progress.get("percent")),
         step_text(progress),
         epoch_text(progress),
         eta_text(remaining),
         Cell(shown_loss, "bold red" if shown_loss in ("NaN", "Inf", "-Inf") else ""),
+        cost_text(view, since),
         age(times.get("created"), now),
     ]
     if wide:
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         return missing_client("jobs", exc)
     url = server_url(args.server)
     namespace = None if args.all_namespaces else args.namespace
-    with Client(url) as client:
+    with Client(url, args.token) as client:
         try:
             views = _list(client, namespace, args.state, args.sort)
             if args.watch:
@@ -174,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(client: Client, namespace: str | None, state: str | None, sort: str | None) -> list[dict[str, Any]]:
-    return sort_jobs(client.jobs(namespace, state=state, sort=sort or "name"), sort)
+    return sort_jobs([job.raw for job in client.jobs(namespace, state=state, sort=sort or "name")], sort)
 
 
 def watch_table(
@@ -195,7 +199,7 @@ def watch_table(
 
     board = _Board(views, args)
     as_json = args.output == "json"
-    feed = Feed(client.url, namespace=namespace).start()
+    feed = Feed(client.url, namespace=namespace, token=client.token).start()
     live: Any = None
     if is_terminal(out) and not as_json:
         try:

@@ -1,7 +1,8 @@
 """``stepwatch run -- COMMAND``: make any command a tracked job, supervised by the local runner.
 
 The runner registers the job (starting a background server when none answers locally, and saying
-so), gives the command the environment the report core reads, starts it in its own process group
+so), gives the command the environment the report core reads (and, on its ``PYTHONPATH``, the
+auto-instrumentation hook that gives framework trainers stepwatch's callback), starts it in its own process group
 (``torchrun`` and its workers included), passes its output through unchanged, forwards Ctrl-C and
 SIGTERM, enforces ``stepwatch stop`` (the job gets a grace period to checkpoint and stop by itself,
 then its group is terminated, then killed), and records how it ended: finished, failed (with the
@@ -21,6 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..protocol import sanitize_name
+from ._format import add_token_flag
+from .policy import add_policy_flags, policy_from_args
 
 __all__ = ["job_name_for", "register", "run"]
 
@@ -41,8 +44,16 @@ def register(commands: Any) -> None:
     parser.add_argument("--name", help="job name (default: the script's name, as a Kubernetes name)")
     parser.add_argument("-n", "--namespace", default=os.environ.get("STEPWATCH_NAMESPACE", "default"))
     parser.add_argument("--gpus", type=float, default=0.0, help="GPUs the job holds (for cost)")
-    parser.add_argument("--gpu-hour-cost", type=float, default=0.0, metavar="USD", help="price of one GPU hour")
+    parser.add_argument(
+        "--gpu-hour-cost",
+        type=float,
+        default=0.0,
+        metavar="USD",
+        help="price of one GPU hour (default: the server's price for the namespace and GPU type)",
+    )
+    parser.add_argument("--gpu-type", metavar="TYPE", help="the kind of GPU (a100, h100...), for its default price")
     parser.add_argument("--server", help="stepwatch server URL (default: STEPWATCH_SERVER, else the local one)")
+    add_token_flag(parser)
     parser.add_argument(
         "--grace",
         type=float,
@@ -50,6 +61,7 @@ def register(commands: Any) -> None:
         metavar="SECONDS",
         help="time to checkpoint and stop after `stepwatch stop`",
     )
+    add_policy_flags(parser, dry_run_flag="--policy-dry-run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     parser.set_defaults(run=run)
 
@@ -80,13 +92,21 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     url = server_url(args.server)
-    client = Client(url)
+    client = Client(url, getattr(args, "token", None))
     if not _reachable(client) and not _start_background_server(url, client):
         return 1
     name = sanitize_name(args.name) if args.name else job_name_for(command)
     namespace = sanitize_name(args.namespace, fallback="default")
     try:
-        job, token = client.register(name, namespace, source="runner", gpus=args.gpus, gpu_hour_cost=args.gpu_hour_cost)
+        job, token = client.register(
+            name,
+            namespace,
+            source="runner",
+            gpus=args.gpus,
+            gpu_hour_cost=args.gpu_hour_cost,
+            **({"gpu_type": args.gpu_type} if args.gpu_type else {}),
+            **({"policy": policy} if (policy := policy_from_args(args)) else {}),
+        )
     except ClientError as exc:
         print(f"stepwatch run: cannot register {namespace}/{name}: {exc}", file=sys.stderr)
         return 1
@@ -98,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         "STEPWATCH_NAMESPACE": namespace,
     }
     env.pop("STEPWATCH_TOKEN_FILE", None)
-    print(f"stepwatch: job {namespace}/{name} (attempt {job['attempt']}) at {url}", file=sys.stderr, flush=True)
+    _add_autoinstrumentation(env)
+    print(f"stepwatch: job {namespace}/{name} (attempt {job.attempt}) at {url}", file=sys.stderr, flush=True)
     try:
         process = subprocess.Popen(command, env=env, start_new_session=True)
     except OSError as exc:
@@ -107,6 +128,25 @@ def run(args: argparse.Namespace) -> int:
         return 127
     supervisor = _Supervisor(process, client, name, namespace, token, args.grace)
     return supervisor.supervise()
+
+
+_SITE_DIR = Path(__file__).resolve().parent.parent / "integrations" / "_site"
+"""Holds the ``sitecustomize.py`` that activates the auto-instrumentation hook in the child."""
+
+
+def _add_autoinstrumentation(env: dict[str, str]) -> None:
+    """Put the hook's ``sitecustomize`` first on the child's ``PYTHONPATH``, unless opted out.
+
+    Every Python process of the job (``torchrun``'s workers included) then gives framework trainers
+    stepwatch's callback when they are imported; the ``sitecustomize`` it shadows still runs.
+    """
+    if env.get("STEPWATCH_AUTOINSTRUMENT", "").strip().lower() in ("0", "false", "no", "off"):
+        return
+    if not (_SITE_DIR / "sitecustomize.py").is_file():
+        return
+    site = str(_SITE_DIR)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != site]
+    env["PYTHONPATH"] = os.pathsep.join([site, *paths])
 
 
 class _Supervisor:
@@ -180,9 +220,9 @@ class _Supervisor:
                 print(f"stepwatch: the server does not answer ({exc}); the job goes on", file=sys.stderr)
             return
         for event in events:
-            self.last_event = max(self.last_event, int(event["id"]))
-            data = event.get("data") or {}
-            if event["kind"] == "command" and data.get("kind") == "stop":
+            self.last_event = max(self.last_event, event.id or 0)
+            data = event.data
+            if event.kind == "command" and data.get("kind") == "stop":
                 self.stop_reason = data.get("reason") or "stop requested"
                 self.stop_deadline = time.monotonic() + self.grace
                 print(

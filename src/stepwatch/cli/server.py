@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import socket
 import sys
 from typing import Any
@@ -27,7 +28,29 @@ def register(commands: Any) -> None:
     parser.add_argument("--port", type=int, default=None, help="port (default 8642; env STEPWATCH_SERVER_PORT)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--db", default=None, help="SQLite file (env STEPWATCH_DB)")
-    where.add_argument("--database-url", default=None, help="database URL, sqlite:///PATH (env STEPWATCH_DATABASE_URL)")
+    where.add_argument(
+        "--database-url",
+        default=None,
+        help="database URL: sqlite:///PATH or postgresql://USER@HOST/DB (env STEPWATCH_DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--tls-certfile", default=None, help="serve HTTPS with this certificate (PEM; env STEPWATCH_TLS_CERTFILE)"
+    )
+    parser.add_argument(
+        "--tls-keyfile", default=None, help="the certificate's private key (PEM; env STEPWATCH_TLS_KEYFILE)"
+    )
+    parser.add_argument(
+        "--auth",
+        default=None,
+        choices=["none", "tokens", "proxy"],
+        help="who may do what (default none: loopback only; env STEPWATCH_AUTH; see docs/auth.md)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow --auth none on an address other than loopback (env STEPWATCH_INSECURE)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
 
@@ -55,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server import ServerSettings, create_app
+        from ..server.slow_clients import protocol_class
         from ..server.store import StoreError
     except ImportError as exc:
         print(
@@ -64,9 +88,19 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         settings = ServerSettings.resolve(
-            {"host": args.host, "port": args.port, "db": args.db, "database_url": args.database_url}
+            {
+                "host": args.host,
+                "port": args.port,
+                "db": args.db,
+                "database_url": args.database_url,
+                "auth": args.auth,
+                "insecure": args.insecure,
+                "tls_certfile": getattr(args, "tls_certfile", None),
+                "tls_keyfile": getattr(args, "tls_keyfile", None),
+            }
         )
-        path = settings.database_path()
+        path = settings.database_shown()
+        tls = tls_files(settings.tls_certfile, settings.tls_keyfile)
     except ValueError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 2
@@ -76,13 +110,38 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         app = create_app(settings)
+    except ValueError as exc:  # unsafe access settings
+        print(f"stepwatch server: {exc}", file=sys.stderr)
+        return 2
     except StoreError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 1
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host
-    print(f"stepwatch server on http://{shown}:{settings.port} (database {path}); API docs at /docs", flush=True)
+    scheme = "https" if tls else "http"
+    print(f"stepwatch server on {scheme}://{shown}:{settings.port} (database {path}); API docs at /docs", flush=True)
     # keep-alive past the 10 s heartbeat of ranks other than 0, so they do not reconnect every time
     uvicorn.run(
-        app, host=settings.host, port=settings.port, log_level=args.log_level, access_log=False, timeout_keep_alive=30
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_keep_alive=30,
+        http=protocol_class(settings.head_timeout_s),  # slow clients are cut off (uvicorn does not bound a head)
+        proxy_headers=False,  # the peer address stays the peer's: auth proxy trusts identity headers by it
+        ssl_certfile=tls.get("ssl_certfile"),
+        ssl_keyfile=tls.get("ssl_keyfile"),
     )
     return 0
+
+
+def tls_files(certfile: str | None, keyfile: str | None) -> dict[str, str]:
+    """uvicorn's TLS arguments (none: plain HTTP); ``ValueError`` when only one file is given or one is missing."""
+    if certfile is None and keyfile is None:
+        return {}
+    if certfile is None or keyfile is None:
+        raise ValueError("TLS needs both a certificate (--tls-certfile) and its key (--tls-keyfile)")
+    for what, name in (("certificate", certfile), ("key", keyfile)):
+        if not os.path.isfile(name):
+            raise ValueError(f"TLS {what} {name} is not a readable file")
+    return {"ssl_certfile": certfile, "ssl_keyfile": keyfile}

@@ -49,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
     url = server_url(args.server)
     who = f"{args.namespace}/{args.name}"
     reason = (args.reason if args.reason is not None else default_reason())[: LIMITS.max_reason_length]
-    with Client(url) as client:
+    with Client(url, args.token) as client:
         try:
-            command = client.stop(args.name, args.namespace, reason)
+            command = client.stop(args.name, args.namespace, checkpoint=True, reason=reason)
         except NotFound:
             print(f"stepwatch stop: no job {who} at {url} (`stepwatch jobs -A` lists them)", file=sys.stderr)
             return 1
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
         except ApiError as exc:
             print(f"stepwatch stop: {exc.message}", file=sys.stderr)
             return 1
-    because = f" ({command.get('reason')})" if command.get("reason") else ""
-    print(f"asked {who} to save a checkpoint, then stop{because}; command {command.get('id', '?')}")
+    because = f" ({command.reason})" if command.reason else ""
+    print(f"asked {who} to save a checkpoint, then stop{because}; command {command.id}")
     print(
         "it stops at its next step boundary, once its reporter reads the command with its next report; "
         "`stepwatch watch " + (args.name if args.namespace == "default" else f"{args.name} -n {args.namespace}") + "` "

@@ -66,8 +66,11 @@ class Feed:
     since what happened in between is not replayed.
     """
 
-    def __init__(self, url: str, name: str | None = None, namespace: str | None = None) -> None:
+    def __init__(
+        self, url: str, name: str | None = None, namespace: str | None = None, token: str | None = None
+    ) -> None:
         self._url = url
+        self._token = token
         self._name = name
         self._namespace = namespace
         self._queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
@@ -94,22 +97,24 @@ class Feed:
         return kind, data
 
     def _read(self) -> None:
-        from ..client import Client, ServerUnreachable
+        from ..client import Client, JobUpdate, Resync, ServerUnreachable
 
-        client = Client(self._url)
+        client = Client(self._url, self._token)
         delay = 0.5
         reconnected = False
         try:
             while not self._stop.is_set():
                 try:
-                    for kind, data in client.stream(name=self._name, namespace=self._namespace, reconnect=False):
+                    for update in client.watch(self._name, self._namespace, reconnect=False):
                         if self._stop.is_set():
                             return
                         if reconnected:  # what changed while the stream was down is not replayed: re-read
                             self._queue.put(("resync", {"reason": "the live stream was reconnected"}))
                             reconnected, delay = False, 0.5
-                        if kind in ("job", "resync"):
-                            self._queue.put((kind, data))
+                        if isinstance(update, JobUpdate):
+                            self._queue.put(("job", {"job": update.job.raw}))
+                        elif isinstance(update, Resync):
+                            self._queue.put(("resync", {"reason": update.reason}))
                 except ServerUnreachable:
                     pass
                 reconnected = True
@@ -254,9 +259,9 @@ def run(args: argparse.Namespace) -> int:
         return missing_client("watch", exc)
     url = server_url(args.server)
     who = f"{args.namespace}/{args.name}"
-    with Client(url) as client:
+    with Client(url, args.token) as client:
         try:
-            view = client.job(args.name, args.namespace)
+            view = client.job(args.name, args.namespace).raw
             if view["state"] not in END_STATES:
                 view = follow(client, view, sys.stdout)
         except NotFound:
@@ -279,7 +284,7 @@ def follow(client: Client, view: dict[str, Any], out: TextIO) -> dict[str, Any]:
     """Show the job's progress from the live stream until it ends; return its last view."""
     from ..client import ServerUnreachable
 
-    feed = Feed(client.url, name=view["name"], namespace=view["namespace"]).start()
+    feed = Feed(client.url, name=view["name"], namespace=view["namespace"], token=client.token).start()
     received = time.monotonic()
     heard = received
     said_lost = False
@@ -299,7 +304,7 @@ def follow(client: Client, view: dict[str, Any], out: TextIO) -> dict[str, Any]:
                 elif item is not None or time.monotonic() - heard >= POLL_AFTER_S:  # resync, or quiet too long
                     heard = time.monotonic()
                     try:
-                        fresh = client.job(view["name"], view["namespace"])
+                        fresh = client.job(view["name"], view["namespace"]).raw
                         said_lost = False
                     except ServerUnreachable:
                         if not said_lost:

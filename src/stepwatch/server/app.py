@@ -2,26 +2,50 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from . import health, replicas, retention
 from .errors import ApiError, error_response, handle_api_error
+from .health import HealthMonitor
 from .live import Broadcaster
-from .routes import ingest, jobs, meta
-from .routes.common import Services
+from .notify import Notifier, parse_targets
+from .policies.alerts import DEFAULT_NOTIFY_ON, check_targets, notify_hook
+from .prometheus import registry_for
+from .routes import access, costs, ingest, jobs, meta, policies, web
+from .routes.common import Services, blocking
+from .runners.kubernetes.wiring import start_kubernetes
 from .settings import ServerSettings
-from .store import SQLiteStore, Store
+from .store import SQLiteStore, Store, StoreError
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "open_store"]
 
 _log = logging.getLogger("stepwatch.server")
+
+
+def open_store(settings: ServerSettings) -> Store:
+    """The store the settings name: PostgreSQL for a ``postgresql://`` URL, else the SQLite file."""
+    url = settings.postgres_url()
+    if url is None:
+        return SQLiteStore(settings.database_path())
+    try:
+        from .store.postgres import PostgresStore
+    except ImportError as exc:
+        raise StoreError(
+            f"PostgreSQL needs its extra ({exc.name} is missing): pip install 'stepwatch[postgres]'"
+        ) from None
+    return PostgresStore(url)
 
 
 def create_app(
@@ -30,17 +54,67 @@ def create_app(
     store: Store | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Starlette:
-    """A stepwatch server application. The store is opened here and closed at shutdown."""
+    """A stepwatch server application. The store is opened here and closed at shutdown.
+
+    ``ValueError`` when the access settings are unsafe (auth none on a non-loopback address)."""
     settings = settings or ServerSettings()
+    problem = settings.auth_problem()
+    if problem is not None:
+        raise ValueError(problem)
     owned = store is None
-    the_store = store if store is not None else SQLiteStore(settings.database_path())
-    services = Services(store=the_store, live=Broadcaster(), clock=clock)
+    the_store = store if store is not None else open_store(settings)
+    services = Services(
+        store=the_store,
+        live=Broadcaster(),
+        clock=clock,
+        prices=settings.price_list(),
+        health=HealthMonitor(settings.health_params()),
+        auth=settings.authenticator(),
+    )
+    notifier = Notifier(parse_targets(settings.notify, settings.notify_secret))
+    server_policy = settings.policy
+    if notifier.targets and not server_policy.on:
+        server_policy = replace(server_policy, on=dict(DEFAULT_NOTIFY_ON))
+    book = services.policies.book
+    book.server = server_policy.with_origin("server")
+    book.check_targets = functools.partial(check_targets, secret=settings.notify_secret)
+    services.policies.notify = notify_hook(notifier, settings.notify_secret, settings.public_url)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        if owned:
-            the_store.close()
+        book.load(await blocking(the_store.namespace_policies))
+        bridge = replicas.bridge_for(the_store, services.live, clock)
+        if bridge is not None:
+            await bridge.start()
+        await notifier.start()
+        kubernetes = await start_kubernetes(app, settings, services)
+        sweeper = asyncio.create_task(
+            health.sweep_forever(
+                services.health,
+                the_store,
+                services.live,
+                blocking,
+                clock,
+                settings.health_sweep_s,
+                services.policies.review,
+            )
+        )
+        retainer = retention.start(the_store, blocking, clock, settings)
+        try:
+            yield
+        finally:
+            for task in (sweeper, retainer):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await notifier.aclose(timeout_s=5)
+            if kubernetes is not None:
+                await kubernetes()
+            if bridge is not None:
+                await bridge.aclose()
+            if owned:
+                the_store.close()
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
@@ -55,10 +129,20 @@ def create_app(
         return error_response(500, f"internal error ({type(exc).__name__}); the server logged it")
 
     app = Starlette(
-        routes=[*ingest.routes, *jobs.routes, *meta.routes],
+        routes=[
+            *ingest.routes,
+            *jobs.routes,
+            *policies.routes,
+            *costs.routes,
+            *access.routes,
+            *meta.routes,
+            *web.routes,
+        ],
         exception_handlers={ApiError: handle_api_error, HTTPException: http_error, Exception: crash},
         lifespan=lifespan,
     )
     app.state.services = services
+    app.state.notifier = notifier
+    app.state.prometheus = registry_for(the_store, clock, services.stats, notifier)
     app.state.settings = settings
     return app

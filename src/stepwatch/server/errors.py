@@ -22,6 +22,7 @@ REASONS: dict[int, str] = {
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
+    408: "RequestTimeout",
     409: "Conflict",
     413: "RequestEntityTooLarge",
     415: "UnsupportedMediaType",

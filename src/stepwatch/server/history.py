@@ -23,6 +23,8 @@ def downsampled(series: SeriesColumns, max_points: int) -> list[dict[str, Any]]:
         series.counts,
         series.nonfinites,
         max_points,
+        first_steps=series.first_steps,
+        windows=series.windows,
     )
     return [
         {

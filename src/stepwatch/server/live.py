@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Broadcaster", "Update"]
+
+_log = logging.getLogger("stepwatch.server")
 
 
 @dataclass(frozen=True)
@@ -36,16 +39,21 @@ class Update:
 
 
 class _Subscriber:
-    def __init__(self, namespace: str | None, name: str | None, size: int) -> None:
+    def __init__(
+        self, namespace: str | None, name: str | None, size: int, allowed: frozenset[str] | None = None
+    ) -> None:
         self.namespace = namespace
         self.name = name
+        self.allowed = allowed
         self.queue: deque[Update] = deque(maxlen=size)
         self.lost = False
         self.ready = asyncio.Event()
 
     def wants(self, update: Update) -> bool:
-        return (self.namespace is None or update.namespace == self.namespace) and (
-            self.name is None or update.name == self.name
+        return (
+            (self.namespace is None or update.namespace == self.namespace)
+            and (self.name is None or update.name == self.name)
+            and (self.allowed is None or update.namespace in self.allowed)
         )
 
 
@@ -58,10 +66,22 @@ class Broadcaster:
         self._subscribers: set[_Subscriber] = set()
         self._queue_size = queue_size
         self.heartbeat = heartbeat
+        self.relays: list[Callable[[Update], None]] = []
+        """Called with every update published here (not with those relayed from elsewhere): the
+        bridge between replicas passes them on (``server.replicas``). A relay must not block."""
 
-    def publish(self, kind: str, namespace: str, name: str, data: dict[str, Any]) -> Update:
-        """Send an update to the subscribers that want it (call from the event loop)."""
+    def publish(self, kind: str, namespace: str, name: str, data: dict[str, Any], *, relayed: bool = False) -> Update:
+        """Send an update to the subscribers that want it (call from the event loop).
+
+        ``relayed``: the update was published by another replica (it is not relayed again).
+        """
         update = Update(next(self._ids), kind, namespace, name, data)
+        if not relayed:
+            for relay in self.relays:
+                try:
+                    relay(update)
+                except Exception:
+                    _log.exception("relaying a live update failed")
         self._recent.append(update)
         for sub in self._subscribers:
             if sub.wants(update):
@@ -77,10 +97,15 @@ class Broadcaster:
         return len(self._subscribers)
 
     async def stream(
-        self, namespace: str | None = None, name: str | None = None, last_event_id: int | None = None
+        self,
+        namespace: str | None = None,
+        name: str | None = None,
+        last_event_id: int | None = None,
+        allowed: frozenset[str] | None = None,
     ) -> AsyncIterator[str]:
-        """Server-sent events for one client: missed updates first, then live ones, with heartbeats."""
-        sub = _Subscriber(namespace, name, self._queue_size)
+        """Server-sent events for one client: missed updates first, then live ones, with heartbeats.
+        ``allowed``: only updates of these namespaces (what the client may read; ``None``: all)."""
+        sub = _Subscriber(namespace, name, self._queue_size, allowed)
         self._subscribers.add(sub)
         try:
             yield "retry: 2000\n\n"

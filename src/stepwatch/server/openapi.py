@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..protocol import API_VERSION, COMMAND_KINDS, LIMITS, REPORT_STATES
+from .policies.model import ACTIONS, TRIGGERS
 
 __all__ = ["openapi_document"]
 
@@ -26,6 +27,17 @@ _SCHEMAS: dict[str, Any] = {
             "details": {"type": "object", "properties": {"field": {"type": "string"}}},
         },
         "required": ["kind", "code", "reason", "message"],
+    },
+    "TokenRequest": {
+        "type": "object",
+        "properties": {
+            "role": {"enum": ["viewer", "editor", "admin"]},
+            "namespaces": {"type": "array", "items": {"type": "string"}, "description": 'names, or ["*"] for all'},
+            "name": {"type": "string", "minLength": 1, "maxLength": 64},
+            "expires_in": {"type": "number", "exclusiveMinimum": 0, "description": "seconds (default: never)"},
+            "reason": {"type": "string", "maxLength": LIMITS.max_reason_length},
+        },
+        "required": ["role", "namespaces", "name"],
     },
     "MetricWindow": {
         "type": "object",
@@ -52,6 +64,21 @@ _SCHEMAS: dict[str, Any] = {
             "sent_at": {"type": "number"},
             "state": {"enum": list(REPORT_STATES)},
             "reason": {"type": "string", "maxLength": LIMITS.max_reason_length},
+            "gpus": {
+                "type": "array",
+                "maxItems": LIMITS.max_gpus_per_report,
+                "description": "the GPUs this rank sees (NVML, read in the sender thread)",
+                "items": {
+                    "type": "object",
+                    "required": ["index"],
+                    "properties": {
+                        "index": {"type": "integer", "minimum": 0},
+                        "utilization": {"type": "number", "minimum": 0, "maximum": 100},
+                        "memory_used": {"type": "integer", "minimum": 0},
+                        "memory_total": {"type": "integer", "minimum": 0},
+                    },
+                },
+            },
             "identity": {
                 "type": "object",
                 "properties": {
@@ -143,10 +170,39 @@ _SCHEMAS: dict[str, Any] = {
             "gpu_hour_cost": {"type": "number", "minimum": 0},
             "source": {"enum": ["native", "runner", "kubeflow"]},
             "supersede": {"type": "boolean", "description": "mark a live attempt failed and start a new one"},
+            "policy": {"$ref": "#/components/schemas/Policy"},
         },
         "required": ["name"],
     },
-    "Job": {"type": "object", "description": "A job with its derived progress, ETA and last metrics."},
+    "Policy": {
+        "type": "object",
+        "description": "One layer of policy (job over namespace over server, key by key); see docs/policies.md",
+        "additionalProperties": False,
+        "properties": {
+            "on": {
+                "type": "object",
+                "description": "trigger: action (finished, failed and late can only be notified)",
+                "properties": {t: {"enum": list(ACTIONS)} for t in TRIGGERS},
+                "additionalProperties": False,
+            },
+            "budget": {"type": "number", "exclusiveMinimum": 0, "description": "money; over_budget once spent"},
+            "deadline": {
+                "oneOf": [{"type": "number"}, {"type": "string", "format": "date-time"}],
+                "description": "Unix seconds or RFC 3339 with a zone",
+            },
+            "dry_run": {"type": "boolean", "description": "record what would be done, do nothing"},
+            "metric": {"type": "string", "minLength": 1, "maxLength": 64, "description": "what health follows"},
+            "mode": {"enum": ["min", "max"]},
+            "notify": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        },
+    },
+    "Job": {
+        "type": "object",
+        "description": (
+            "A job with its derived progress, ETA, last metrics, health (state, since, evidence) and cost "
+            "(rate_per_hour, spent, projected, wasted)."
+        ),
+    },
     "JobList": {
         "type": "object",
         "properties": {
@@ -205,9 +261,18 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 _NS = [_path("namespace")]
 _JOB = [_path("namespace"), _path("name")]
 _BEARER: list[dict[str, list[str]]] = [{"jobToken": []}]
+_API: list[dict[str, list[str]]] = [{"apiToken": []}, {}]
+"""An API token when the server has authentication on (``STEPWATCH_AUTH``); nothing when it is off."""
+_OPEN = frozenset({"/api/v1/version", "/healthz"})
+"""Paths anyone may read, whatever the authentication."""
 _LIST_QUERY = [
     _query("namespace", _NAME, "only this namespace"),
     _query("state", {"type": "string"}, "comma-separated states"),
+    _query(
+        "health",
+        {"type": "string"},
+        "comma-separated health states: healthy, stalled, not_learning, diverging, straggling, unknown",
+    ),
     _query("text", {"type": "string"}, "part of the name or namespace"),
     _query("min_progress", {"type": "number", "minimum": 0, "maximum": 100}, "percent"),
     _query("max_progress", {"type": "number", "minimum": 0, "maximum": 100}, "percent"),
@@ -295,6 +360,47 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "responses": {**_ok("Command", 201, "queued"), **_errors(404, 409, 422)},
             },
         },
+        "/api/v1/namespaces/{namespace}/jobs/{name}/policy": {
+            "get": {
+                "summary": "The job's policy layer, its effective policy and what the policy did",
+                "parameters": _JOB,
+                "responses": {"200": {"description": "{job, effective, set_by, fired}"}, **_errors(404)},
+            },
+            "put": {
+                "summary": "Replace the job's policy layer (applies at once; an event)",
+                "parameters": _JOB,
+                "requestBody": _body("Policy"),
+                "responses": {"200": {"description": "{job, effective, set_by, fired}"}, **_errors(404, 422)},
+            },
+        },
+        "/api/v1/costs": {
+            "get": {
+                "summary": "Money per namespace and overall: GPUs in use, $/h, spent, projected, wasted, saved",
+                "parameters": [
+                    _query("namespace", _NAME, "only this namespace"),
+                    {
+                        "name": "since",
+                        "in": "query",
+                        "schema": {"type": "number", "minimum": 0},
+                        "description": "jobs live now or ended after this time (Unix seconds); default all",
+                    },
+                ],
+                "responses": {"200": {"description": "{currency, total, namespaces: {ns: totals}}"}, **_errors(400)},
+            }
+        },
+        "/api/v1/namespaces/{namespace}/policy": {
+            "get": {
+                "summary": "The namespace's policy layer over the server's",
+                "parameters": _NS,
+                "responses": {"200": {"description": "{namespace, policy, server, effective}"}, **_errors(404)},
+            },
+            "put": {
+                "summary": "Replace the namespace's policy layer ({} clears it)",
+                "parameters": _NS,
+                "requestBody": _body("Policy"),
+                "responses": {"200": {"description": "{namespace, policy, server, effective}"}, **_errors(404, 422)},
+            },
+        },
         "/api/v1/namespaces/{namespace}/jobs/{name}/state": {
             "post": {
                 "summary": "Record how the job's process ended (the local runner)",
@@ -326,8 +432,68 @@ def openapi_document(version: str) -> dict[str, Any]:
         "/api/v1/version": {
             "get": {"summary": "Server and API version", "responses": {"200": {"description": "versions"}}}
         },
+        "/api/v1/whoami": {
+            "get": {
+                "summary": "The caller's identity and its roles over namespaces",
+                "security": _API,
+                "responses": {"200": {"description": "{who, auth, token_id, expires_at, grants}"}, **_errors(401)},
+            }
+        },
+        "/api/v1/tokens": {
+            "get": {
+                "summary": "Every API token, never its secret (admin of every namespace)",
+                "security": _API,
+                "responses": {"200": {"description": "{items: [tokens]}"}, **_errors(401, 403)},
+            },
+            "post": {
+                "summary": "Create an API token (admin of every namespace); its secret is in this answer only",
+                "security": _API,
+                "requestBody": _body("TokenRequest"),
+                "responses": {"201": {"description": "{token, secret}"}, **_errors(401, 403, 413, 422)},
+            },
+        },
+        "/api/v1/tokens/{id}": {
+            "delete": {
+                "summary": "Revoke an API token (admin of every namespace): refused at once, on every replica",
+                "security": _API,
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}},
+                    _query("reason", {"type": "string"}, "why (in the audit log)"),
+                ],
+                "responses": {"200": {"description": "the revoked token"}, **_errors(401, 403, 404)},
+            }
+        },
+        "/api/v1/audit": {
+            "get": {
+                "summary": "Who did what and why (commands, policy and token changes), oldest first",
+                "security": _API,
+                "parameters": [
+                    _query("namespace", _NAME, "only this namespace"),
+                    _query("job", _NAME, "only this job"),
+                    _query("after", {"type": "integer", "minimum": 0}, "entry id"),
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "at most"),
+                ],
+                "responses": {"200": {"description": "{items: [entries]}"}, **_errors(400, 401, 403)},
+            }
+        },
         "/healthz": {"get": {"summary": "Liveness and basic counters", "responses": {"200": {"description": "ok"}}}},
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics: live jobs' progress, ETA, health and cost; totals per namespace",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text exposition format 0.0.4",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
     }
+    for path, operations in paths.items():
+        for operation in operations.values():
+            if "security" not in operation and path not in _OPEN:
+                operation["security"] = _API
+                operation["responses"] = {**operation["responses"], **_errors(401, 403)}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -341,7 +507,12 @@ def openapi_document(version: str) -> dict[str, Any]:
         "components": {
             "schemas": _SCHEMAS,
             "securitySchemes": {
-                "jobToken": {"type": "http", "scheme": "bearer", "description": "the job's write token"}
+                "jobToken": {"type": "http", "scheme": "bearer", "description": "the job's write token"},
+                "apiToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "an API token (stepwatch token create), when the server has authentication on",
+                },
             },
         },
     }

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .analysis.cost import PriceList, parse_prices
+from .analysis.health import HealthParams
+from .auth import AUTH_MODES, Authenticator, Grant, is_loopback, parse_cidrs, parse_group_roles
+from .policies.model import Policy, PolicyError, parse_policy
 
 __all__ = ["SERVER_SETTINGS", "ServerSettings", "default_data_dir"]
 
@@ -36,12 +44,347 @@ def _port(text: str) -> int:
     return value
 
 
+def _policy(text: str) -> Policy:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    try:
+        return parse_policy(data)
+    except PolicyError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _prices(text: str) -> dict[str, float]:
+    return parse_prices(text)
+
+
+def _health(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("give a JSON object of knob: number")
+    known = {f.name: f for f in fields(HealthParams)}
+    for key, value in data.items():
+        if key not in known:
+            raise ValueError(f"unknown knob {key!r}; the knobs are {', '.join(known)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
+        if known[key].type in ("int", int):
+            if value != int(value):
+                raise ValueError(f"{key} must be a whole number, got {value!r}")
+            data[key] = int(value)
+    try:
+        HealthParams(**data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+    return dict(data)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (0 < value < 86400):
+        raise ValueError(f"seconds between 0 and 86400, got {text}")
+    return value
+
+
+def _days(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"a number of days above 0, got {text!r}")
+    return value
+
+
+def _quotas(text: str) -> dict[str, int]:
+    """A quota for every namespace (``"*"``), or JSON of quotas by namespace."""
+    text = text.strip()
+    if not text.startswith("{"):
+        return {"*": _quota(text)}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("a JSON object of namespace to quota")
+    return {str(k): _quota(str(v)) for k, v in data.items()}
+
+
+def _quota(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"a quota is at least 1 window, got {value}")
+    return value
+
+
+def _flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"give true or false, got {text!r}")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n for n in text.replace(",", " ").split() if n)
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not (0 < value <= 100_000):
+        raise ValueError(f"a rate per second above 0, got {text}")
+    return value
+
+
+def _auth_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in AUTH_MODES:
+        raise ValueError(f"one of {', '.join(AUTH_MODES)}, got {text!r}")
+    return mode
+
+
+def _header(text: str) -> str:
+    name = text.strip()
+    if not name or not all(c.isalnum() or c == "-" for c in name):
+        raise ValueError(f"an HTTP header name (letters, digits and '-'), got {text!r}")
+    return name
+
+
 SERVER_SETTINGS: tuple[_Setting, ...] = (
     _Setting("host", "STEPWATCH_SERVER_HOST", "127.0.0.1", str, "address to listen on (loopback by default)"),
     _Setting("port", "STEPWATCH_SERVER_PORT", 8642, _port, "port to listen on"),
     _Setting("db", "STEPWATCH_DB", None, str, "SQLite file (default: stepwatch.db in the data directory)"),
     _Setting(
-        "database_url", "STEPWATCH_DATABASE_URL", None, str, "database URL (sqlite:///PATH; PostgreSQL comes later)"
+        "database_url",
+        "STEPWATCH_DATABASE_URL",
+        None,
+        str,
+        "database URL: sqlite:///PATH, or postgresql://USER@HOST/DB for PostgreSQL (several replicas can share it)",
+    ),
+    _Setting(
+        "policy",
+        "STEPWATCH_POLICY",
+        Policy(),
+        _policy,
+        'the server\'s policy layer, JSON (for example \'{"on": {"diverging": "notify"}}\'); '
+        "namespaces and jobs lay theirs over it",
+    ),
+    _Setting(
+        "gpu_prices",
+        "STEPWATCH_GPU_PRICES",
+        None,
+        _prices,
+        "default price of a GPU hour by GPU type, for jobs registered without one: a100=2.5,h100=4.1 (* for any)",
+    ),
+    _Setting(
+        "namespace_prices",
+        "STEPWATCH_NAMESPACE_PRICES",
+        None,
+        _prices,
+        "default price of a GPU hour by namespace (or namespace/gpu-type), over the GPU-type prices: nlp=3.0",
+    ),
+    _Setting(
+        "notify",
+        "STEPWATCH_NOTIFY",
+        None,
+        str,
+        "notification targets: URLs separated by commas or spaces; http(s) URLs are signed webhooks, others go "
+        "through Apprise (pip install 'stepwatch[notify]')",
+    ),
+    _Setting(
+        "notify_secret",
+        "STEPWATCH_NOTIFY_SECRET",
+        None,
+        str,
+        "shared secret that signs webhooks (HMAC-SHA256 in X-Stepwatch-Signature)",
+    ),
+    _Setting(
+        "public_url",
+        "STEPWATCH_PUBLIC_URL",
+        None,
+        str,
+        "the dashboard's address as people reach it, for links in notifications",
+    ),
+    _Setting(
+        "health",
+        "STEPWATCH_HEALTH",
+        None,
+        _health,
+        "health analysis knobs over their defaults, JSON (for example '{\"plateau_min_s\": 60}'; see docs/health.md)",
+    ),
+    _Setting(
+        "health_sweep_s",
+        "STEPWATCH_HEALTH_SWEEP_S",
+        5.0,
+        _seconds,
+        "how often live jobs are judged again without a report (a stall shows within this much)",
+    ),
+    _Setting(
+        "retention_days",
+        "STEPWATCH_RETENTION_DAYS",
+        None,
+        _days,
+        "raw windows older than this many days are compacted into roll-ups that keep min, max and last "
+        "(default: keep every window; see docs/retention.md)",
+    ),
+    _Setting(
+        "quota_points",
+        "STEPWATCH_QUOTA_POINTS",
+        None,
+        _quotas,
+        "raw windows a namespace keeps before its oldest are compacted: a number for each namespace, or JSON "
+        '{"nlp": 50000000, "*": 10000000} (default: no quota; ingest is never refused for it)',
+    ),
+    _Setting(
+        "retention_sweep_s",
+        "STEPWATCH_RETENTION_SWEEP_S",
+        600.0,
+        _seconds,
+        "how often retention and quotas are applied (each pass deletes at most 20,000 rows, then yields)",
+    ),
+    _Setting(
+        "head_timeout_s",
+        "STEPWATCH_HEAD_TIMEOUT_S",
+        10.0,
+        _seconds,
+        "a client has this long from connecting (or from a request's first byte) to send the request line and "
+        "headers; then the connection is closed (slow clients, see docs/reliability.md)",
+    ),
+    _Setting(
+        "body_timeout_s",
+        "STEPWATCH_BODY_TIMEOUT_S",
+        30.0,
+        _seconds,
+        "a request body (at most 64 KiB) must arrive within this long, else 408 and the connection is closed",
+    ),
+    _Setting(
+        "k8s_runner",
+        "STEPWATCH_K8S_RUNNER",
+        False,
+        _flag,
+        "watch Kubeflow TrainJobs and keep them and stepwatch in step (pip install 'stepwatch[k8s]'; in a cluster "
+        "through its ServiceAccount, else the kubeconfig); run it in one replica (see docs/kubernetes.md)",
+    ),
+    _Setting(
+        "k8s_namespaces",
+        "STEPWATCH_K8S_NAMESPACES",
+        (),
+        _names,
+        "namespaces whose TrainJobs the runner watches (comma-separated; empty: every namespace)",
+    ),
+    _Setting(
+        "k8s_grace_s",
+        "STEPWATCH_K8S_GRACE_S",
+        300.0,
+        _seconds,
+        "after a stop, how long a TrainJob that reports has to checkpoint and stop by itself before it is suspended",
+    ),
+    _Setting(
+        "k8s_delete_on_stop",
+        "STEPWATCH_K8S_DELETE_ON_STOP",
+        False,
+        _flag,
+        "delete a stopped TrainJob instead of suspending it (spec.suspend: true)",
+    ),
+    _Setting(
+        "k8s_status_interval_s",
+        "STEPWATCH_K8S_STATUS_INTERVAL_S",
+        5.0,
+        _seconds,
+        "at most one status write per TrainJob in this many seconds",
+    ),
+    _Setting(
+        "k8s_writes_per_s",
+        "STEPWATCH_K8S_WRITES_PER_S",
+        20.0,
+        _rate,
+        "API server writes per second by the runner, all TrainJobs together",
+    ),
+    _Setting(
+        "k8s_pod_tokens",
+        "STEPWATCH_K8S_POD_TOKENS",
+        False,
+        _flag,
+        "accept projected ServiceAccount tokens of TrainJob pods at the Kubeflow status endpoint (TokenReview, "
+        "pod ownership, rate limits); job tokens keep working",
+    ),
+    _Setting(
+        "k8s_audience",
+        "STEPWATCH_K8S_AUDIENCE",
+        "trainer.kubeflow.org",
+        str,
+        "the audience pod tokens must be issued for (Kubeflow Trainer's own by default)",
+    ),
+    _Setting(
+        "k8s_job_rate",
+        "STEPWATCH_K8S_JOB_RATE",
+        2.0,
+        _rate,
+        "status posts a second one TrainJob may send with pod tokens (bursts of 10x; beyond: 429 with Retry-After)",
+    ),
+    _Setting(
+        "k8s_account_rate",
+        "STEPWATCH_K8S_ACCOUNT_RATE",
+        20.0,
+        _rate,
+        "status posts a second one ServiceAccount may send with pod tokens (bursts of 5x; beyond: 429)",
+    ),
+    _Setting(
+        "kubeconfig",
+        "STEPWATCH_KUBECONFIG",
+        None,
+        str,
+        "kubeconfig file for the runner and the token checks outside a cluster (default: in-cluster, else "
+        "$KUBECONFIG, else ~/.kube/config)",
+    ),
+    _Setting("tls_certfile", "STEPWATCH_TLS_CERTFILE", None, str, "serve HTTPS with this certificate (PEM)"),
+    _Setting("tls_keyfile", "STEPWATCH_TLS_KEYFILE", None, str, "the certificate's private key (PEM)"),
+    _Setting(
+        "auth",
+        "STEPWATCH_AUTH",
+        "none",
+        _auth_mode,
+        "who may do what: none (everyone is an admin: loopback only), tokens (API tokens: stepwatch token create), "
+        "proxy (tokens, and identity headers from a trusted authenticating proxy); see docs/auth.md",
+    ),
+    _Setting(
+        "insecure",
+        "STEPWATCH_INSECURE",
+        False,
+        _flag,
+        "allow auth none on an address other than loopback (anyone who reaches the server can stop any job)",
+    ),
+    _Setting(
+        "trusted_proxies",
+        "STEPWATCH_TRUSTED_PROXIES",
+        (),
+        parse_cidrs,
+        "with auth proxy: the addresses or networks (CIDR) of the authenticating proxy; identity headers from any "
+        "other peer are ignored",
+    ),
+    _Setting(
+        "proxy_user_header",
+        "STEPWATCH_PROXY_USER_HEADER",
+        "X-Forwarded-User",
+        _header,
+        "with auth proxy: the header that names the user",
+    ),
+    _Setting(
+        "proxy_groups_header",
+        "STEPWATCH_PROXY_GROUPS_HEADER",
+        "X-Forwarded-Groups",
+        _header,
+        "with auth proxy: the header that lists the user's groups (comma-separated)",
+    ),
+    _Setting(
+        "proxy_groups",
+        "STEPWATCH_PROXY_GROUPS",
+        None,
+        parse_group_roles,
+        'with auth proxy: groups (or user:NAME) to a role over namespaces, JSON: {"ml-team": "editor:nlp,vision", '
+        '"platform": "admin:*"}',
     ),
 )
 
@@ -54,6 +397,38 @@ class ServerSettings:
     port: int = 8642
     db: str | None = None
     database_url: str | None = None
+    health_sweep_s: float = 5.0
+    health: dict[str, Any] | None = None
+    retention_days: float | None = None
+    quota_points: dict[str, int] | None = None
+    retention_sweep_s: float = 600.0
+    head_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    gpu_prices: dict[str, float] | None = None
+    namespace_prices: dict[str, float] | None = None
+    notify: str | None = None
+    notify_secret: str | None = field(default=None, repr=False)
+    public_url: str | None = None
+    policy: Policy = field(default_factory=Policy)
+    k8s_runner: bool = False
+    k8s_namespaces: tuple[str, ...] = ()
+    k8s_grace_s: float = 300.0
+    k8s_delete_on_stop: bool = False
+    k8s_status_interval_s: float = 5.0
+    k8s_writes_per_s: float = 20.0
+    k8s_pod_tokens: bool = False
+    k8s_audience: str = "trainer.kubeflow.org"
+    k8s_job_rate: float = 2.0
+    k8s_account_rate: float = 20.0
+    kubeconfig: str | None = None
+    tls_certfile: str | None = None
+    tls_keyfile: str | None = None
+    auth: str = "none"
+    insecure: bool = False
+    trusted_proxies: tuple[Any, ...] = ()
+    proxy_user_header: str = "X-Forwarded-User"
+    proxy_groups_header: str = "X-Forwarded-Groups"
+    proxy_groups: dict[str, Grant] | None = None
 
     @classmethod
     def resolve(cls, arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> ServerSettings:
@@ -73,13 +448,55 @@ class ServerSettings:
                 values[setting.name] = setting.default
         return cls(**values)
 
+    def authenticator(self) -> Authenticator:
+        """Who requests come from, under the ``auth`` mode."""
+        return Authenticator(
+            self.auth, tuple(self.trusted_proxies), self.proxy_user_header, self.proxy_groups_header,
+            dict(self.proxy_groups or {}),
+        )  # fmt: skip
+
+    def auth_problem(self) -> str | None:
+        """Why the server must not start with these access settings, in words; ``None`` when it may."""
+        if self.auth == "none" and not self.insecure and not is_loopback(self.host):
+            return (
+                f"{self.host} is reachable from other machines and auth is none (anyone could stop any job): "
+                "turn authentication on (--auth tokens, see docs/auth.md), or say --insecure (STEPWATCH_INSECURE=1)"
+            )
+        if self.auth == "proxy" and not self.trusted_proxies:
+            return "auth proxy needs the proxy's address: set STEPWATCH_TRUSTED_PROXIES (for example 10.0.0.0/8)"
+        return None
+
+    def health_params(self) -> HealthParams:
+        """The health analysis knobs: the defaults with what ``STEPWATCH_HEALTH`` changes."""
+        return HealthParams(**(self.health or {}))
+
+    def price_list(self) -> PriceList:
+        """The default prices of a GPU hour (by GPU type and namespace)."""
+        return PriceList(dict(self.gpu_prices or {}), dict(self.namespace_prices or {}))
+
+    def postgres_url(self) -> str | None:
+        """The PostgreSQL URL this server stores in, when ``database_url`` names one."""
+        url = self.database_url or ""
+        return url if url.startswith(("postgresql://", "postgres://")) else None
+
+    def database_shown(self) -> str:
+        """Where this server stores, to show: the SQLite file, or the PostgreSQL URL without its password."""
+        url = self.postgres_url()
+        if url is None:
+            return self.database_path()
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
     def database_path(self, environ: Mapping[str, str] | None = None) -> str:
-        """The SQLite file this server uses."""
+        """The SQLite file this server uses (a PostgreSQL URL has none: see :meth:`postgres_url`)."""
         if self.database_url:
             if not self.database_url.startswith("sqlite:///"):
                 raise ValueError(
                     f"unsupported database URL {self.database_url!r}: this server stores in SQLite "
-                    "(sqlite:///PATH); PostgreSQL support is planned"
+                    "(sqlite:///PATH) or PostgreSQL (postgresql://USER@HOST/DB)"
                 )
             return self.database_url.removeprefix("sqlite:///") or ":memory:"
         if self.db:

@@ -13,9 +13,11 @@ be told to misbehave: go down and come back, answer 403/429/500, hang, and hand 
         assert sink.reports[-1].state == "finished"
 
 :class:`MemoryTransport` answers the sender in memory, for unit tests that need no socket.
+:class:`WebhookReceiver` records the server's notifications (signed webhooks) for tests of policies.
 """
 
 from ._memory import MemoryTransport
 from ._sink import Received, ReportSink
+from .webhooks import WebhookReceived, WebhookReceiver, WebhookReply
 
-__all__ = ["MemoryTransport", "Received", "ReportSink"]
+__all__ = ["MemoryTransport", "Received", "ReportSink", "WebhookReceived", "WebhookReceiver", "WebhookReply"]

@@ -14,18 +14,22 @@ bucket's first), and each bucket is aggregated exactly:
 - ``first_step`` is the step of the bucket's first window and ``windows`` how many it merged.
 
 Merging is associative, so downsampling an already downsampled series gives the same buckets as
-downsampling the original with the coarser boundaries. With ``max_points >= len(points)`` the points
-come back unchanged. :func:`downsample_columns` is the fast path (parallel lists, C-level ``min``,
-``max`` and ``sum`` over slices); ``docs/eta.md`` has the figures.
+downsampling the original with the coarser boundaries. Inputs that are themselves buckets of
+different sizes (the store's roll-ups of long series, then their newest windows) are split by
+windows, not by entries: each output bucket merges about the same number of windows. With
+``max_points >= len(points)`` the points come back unchanged. :func:`downsample_columns` is the
+fast path (parallel lists, C-level ``min``, ``max`` and ``sum`` over slices); ``docs/eta.md`` has
+the figures.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import compress, pairwise
+from itertools import accumulate, compress, pairwise
 from operator import attrgetter, is_not, mul, sub
 from typing import Any, Protocol, TypeVar, cast
 
@@ -201,7 +205,7 @@ def downsample_columns(
     mins, maxs, means = _as_list(mins), _as_list(maxs), _as_list(means)
     counts, nonfinites = _as_list(counts), _as_list(nonfinites)
 
-    bounds = [k * n // max_points for k in range(max_points + 1)]
+    bounds = _bounds(n, windows, max_points)
     ends = [b - 1 for b in bounds[1:]]
     out_mins: list[float | None] = []
     out_maxs: list[float | None] = []
@@ -250,6 +254,21 @@ def downsample_columns(
         [steps[a] for a in starts] if first_steps is None else [first_steps[a] for a in starts],
         [b - a for a, b in pairwise(bounds)] if windows is None else [sum(windows[a:b]) for a, b in pairwise(bounds)],
     )
+
+
+def _bounds(n: int, windows: Sequence[int] | None, max_points: int) -> list[int]:
+    """Bucket boundaries: equal numbers of windows per bucket (of entries, when each is one window).
+
+    When entries merge different numbers of windows (roll-ups of several levels), bucket ``k`` starts
+    at the first entry with ``k * W // max_points`` windows before it; an entry larger than a bucket
+    is a bucket of its own (boundaries that meet are dropped, so there may be fewer buckets).
+    """
+    if windows is None or windows.count(1) == n:
+        return [k * n // max_points for k in range(max_points + 1)]
+    before = [0, *accumulate(windows)]
+    total = before[-1]
+    bounds = sorted({bisect_left(before, k * total // max_points) for k in range(max_points)} | {n})
+    return bounds if bounds[0] == 0 else [0, *bounds]
 
 
 def _as_list(column: Sequence[_T]) -> list[_T]:

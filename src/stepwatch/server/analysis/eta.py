@@ -143,6 +143,8 @@ def estimate_eta(
     last_t = segment[-1][0] if segment else None
     if now is not None and not math.isfinite(now):
         now = None
+    if reported_at is not None and not math.isfinite(reported_at):
+        reported_at = None  # a NaN time made the aged ETA NaN
     if now is None:
         now = last_t if last_t is not None else reported_at
     elif last_t is not None and now < last_t:

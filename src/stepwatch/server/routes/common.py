@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import hmac
 import time
 import weakref
@@ -17,11 +16,28 @@ import anyio.to_thread
 from starlette.requests import Request
 
 from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
+from ..analysis.cost import PriceList
+from ..auth import Authenticator, Identity, forbidden, hash_token
 from ..errors import ApiError
+from ..estimates import RecentProgress
+from ..health import HealthMonitor
 from ..live import Broadcaster
+from ..policies import PolicyBook, PolicyEngine
 from ..store import Job, Store, StoreError
+from ..views import CompactViews
+from ..writer import ReportWriter
 
-__all__ = ["Services", "authorize", "blocking", "hash_token", "read_json", "require_job", "services"]
+__all__ = [
+    "Services",
+    "authorize",
+    "blocking",
+    "hash_token",
+    "identify",
+    "read_json",
+    "require",
+    "require_job",
+    "services",
+]
 
 T = TypeVar("T")
 
@@ -34,6 +50,25 @@ class Services:
     live: Broadcaster
     clock: Callable[[], float] = time.time
     stats: dict[str, int] = field(default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0})
+    progress: RecentProgress = field(default_factory=RecentProgress)
+    """Recent progress samples of live jobs, for their ETA."""
+    views: CompactViews = field(default_factory=CompactViews)
+    """Compact job views for lists, kept per version of each job."""
+    health: HealthMonitor = field(default_factory=HealthMonitor)
+    """Health trackers of live jobs, fed at ingest and swept for stalls."""
+    prices: PriceList = field(default_factory=PriceList)
+    """Default prices of a GPU hour, for jobs registered without one."""
+    auth: Authenticator = field(default_factory=Authenticator)
+    """Who requests come from (no authentication by default)."""
+    policies: PolicyEngine = field(init=False)
+    """The policy layers and the actions they take."""
+    writer: ReportWriter = field(init=False)
+    """Writes native reports in batches (group commit)."""
+
+    def __post_init__(self) -> None:
+        self.writer = ReportWriter(self.store.ingest_reports, blocking)
+        self.policies = PolicyEngine(PolicyBook(), self.store, self.live, blocking)
+        self.health.metric_of = self.policies.book.metric_of
 
 
 def services(request: Request) -> Services:
@@ -61,11 +96,6 @@ async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"}) from None
 
 
-def hash_token(token: str) -> str:
-    """How tokens are stored: SHA-256, never the token itself."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any:
     """The request body as JSON, read at most ``limit`` bytes far (413 beyond, 422 when malformed)."""
     declared = request.headers.get("content-length")
@@ -77,10 +107,16 @@ async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any
         if too_big:
             raise ApiError(413, f"body is {declared} bytes; the limit is {limit} bytes (64 KiB)")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, f"body is over the limit of {limit} bytes (64 KiB)")
+    timeout = request.app.state.settings.body_timeout_s
+    try:
+        with anyio.fail_after(timeout):  # a client sending a byte now and then must not hold a request for good
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise ApiError(413, f"body is over the limit of {limit} bytes (64 KiB)")
+    except TimeoutError:
+        message = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
+        raise ApiError(408, message, headers={"Connection": "close"}) from None
     try:
         return decode_body(bytes(body))
     except BodyTooLarge as exc:
@@ -104,7 +140,8 @@ async def require_job(request: Request, namespace: str, name: str) -> Job:
     """The latest attempt of the job named in the path, or 404."""
     check_name(namespace, "namespace")
     check_name(name, "job")
-    job = await blocking(services(request).store.job, namespace, name)
+    store = services(request).store
+    job = store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
     if job is None:
         raise ApiError(
             404,
@@ -120,6 +157,27 @@ async def authorize(request: Request, job: Job) -> None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(403, f"a bearer token is required to write to job {job.key}")
-    expected = await blocking(services(request).store.token_hash, job.id)
+    store = services(request).store
+    expected = store.cached_token_hash(job.id)
+    if expected is None:
+        expected = await blocking(store.token_hash, job.id)
     if not hmac.compare_digest(hash_token(token.strip()), expected):
         raise ApiError(403, f"this token cannot write to job {job.key}")
+
+
+async def identify(request: Request, *, cookie: bool = False) -> Identity:
+    """The identity of the request (401 when the server needs one and it has none)."""
+    svc = services(request)
+    return await svc.auth.identify(request, svc.store, svc.clock(), cookie=cookie)
+
+
+async def require(request: Request, role: str, namespace: str | None = None, *, cookie: bool = False) -> Identity:
+    """The request's identity when it has ``role`` in ``namespace`` (``None``: in every namespace); 401
+    or 403 otherwise. Call it before looking anything up, so that a refusal says nothing of what exists."""
+    svc = services(request)
+    if not svc.auth.enabled:
+        return await svc.auth.identify(request, svc.store, 0.0)
+    identity = await svc.auth.identify(request, svc.store, svc.clock(), cookie=cookie)
+    if not identity.allows(role, namespace):
+        raise forbidden(identity, role, namespace)
+    return identity

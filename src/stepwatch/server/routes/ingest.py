@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -9,14 +11,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import ProtocolError, Report, ReportResponse, TrainerStatus
+from ...protocol import GpuReading, ProtocolError, Report, ReportResponse, TrainerStatus
+from .. import health
 from ..errors import ApiError
-from ..estimates import estimate_due, estimate_for_report
-from ..store import IngestResult, Job
+from ..estimates import HORIZON_S, estimate_due, estimate_from_samples
+from ..store import IngestResult, Job, PendingReport
+from ..store.base import FINAL_STATES
 from ..views import job_view, json_float
-from .common import authorize, blocking, read_json, require_job, services
+from .common import Services, authorize, blocking, read_json, require_job, services
+from .pod_tokens import job_for_pod, pod_bearer
 
-__all__ = ["routes"]
+__all__ = ["review", "routes"]
+
+_log = logging.getLogger("stepwatch.server")
 
 
 async def report(request: Request) -> JSONResponse:
@@ -31,44 +38,93 @@ async def report(request: Request) -> JSONResponse:
     svc = services(request)
     now = svc.clock()
     estimate = None
-    if parsed.identity.rank == 0 and parsed.progress.step is not None and estimate_due(job, now, parsed.progress.step):
+    step = parsed.progress.step
+    if parsed.identity.rank == 0 and step is not None and estimate_due(job, now, step, svc.progress.count(job.id)):
         with_totals = (
             job if parsed.progress.total_steps is None else replace(job, total_steps=parsed.progress.total_steps)
         )
-        estimate = await blocking(estimate_for_report, svc.store, with_totals, parsed.progress.step, now)
-    result = await blocking(svc.store.ingest_report, job, parsed, now, estimate)
+        estimate = await _estimate(svc, with_totals, step, now)
+    result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
     svc.stats["duplicates" if result.duplicate else "reports"] += 1
+    commands = result.commands
     if not result.duplicate:
-        await _after_ingest(request, job, result)
-    answer = ReportResponse(accepted_seq=parsed.seq, commands=result.commands)
+        after = await _after_ingest(
+            request, job, result, parsed.identity.rank, step, parsed.progress.total_steps, parsed.gpus
+        )
+        if after.policy_fired != result.job.policy_fired:  # its policy queued commands: they go with this answer
+            commands = tuple(await blocking(svc.store.pending_commands, job.id))
+    answer = ReportResponse(accepted_seq=parsed.seq, commands=commands)
     return JSONResponse(answer.to_dict())
 
 
 async def trainer_status(request: Request) -> JSONResponse:
-    """``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``."""
-    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    await authorize(request, job)
+    """``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``.
+
+    The job's own token, or (when the server accepts them) a TrainJob pod's projected ServiceAccount
+    token: then the job is the TrainJob's, registered here if the runner has not done it yet.
+    """
+    namespace, name = request.path_params["namespace"], request.path_params["name"]
+    pod_token = pod_bearer(request)
+    if pod_token is not None:
+        job = await job_for_pod(request, namespace, name, pod_token)
+    else:
+        job = await require_job(request, namespace, name)
+        await authorize(request, job)
     data = await read_json(request)
     try:
         status = TrainerStatus.from_body(data)
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
     svc = services(request)
-    result = await blocking(svc.store.ingest_status, job, status, svc.clock())
-    if not result.duplicate and result.job.step is not None and estimate_due(job, svc.clock(), result.job.step):
-        eta = await blocking(estimate_for_report, svc.store, result.job, result.job.step, svc.clock())
-        await blocking(svc.store.set_estimate, result.job.id, eta[0], eta[1], svc.clock())
-        result = replace(result, job=replace(result.job, eta_seconds=eta[0], eta_rate=eta[1], eta_at=svc.clock()))
+    now = svc.clock()
+    result = await blocking(svc.store.ingest_status, job, status, now)
+    if (
+        not result.duplicate
+        and result.job.step is not None
+        and estimate_due(job, now, result.job.step, svc.progress.count(job.id))
+    ):
+        # the status is in the samples already: estimate from the ones before it, plus it
+        eta = await _estimate(svc, result.job, result.job.step, now, before=now)
+        await blocking(svc.store.set_estimate, result.job.id, eta[0], eta[1], now)
+        result = replace(result, job=replace(result.job, eta_seconds=eta[0], eta_rate=eta[1], eta_at=now))
     svc.stats["statuses"] += 1
     if not result.duplicate:
-        await _after_ingest(request, job, result)
+        await _after_ingest(request, job, result, 0, result.job.step, result.job.total_steps)
     return JSONResponse(status.to_body())  # upstream echoes the payload
 
 
-async def _after_ingest(request: Request, before: Job, result: IngestResult) -> None:
+async def _estimate(
+    svc: Services, job: Job, step: int, now: float, before: float | None = None
+) -> tuple[float | None, float | None]:
+    """A job's ETA once ``step`` at ``now`` counts, from its recent samples (read from the store once)."""
+    since = now - HORIZON_S
+    if job.id not in svc.progress:
+        svc.progress.load(job.id, await blocking(svc.store.progress_samples, job.id, since))
+    samples = svc.progress.samples(job.id, since) or []
+    if before is not None:
+        samples = [s for s in samples if s[0] < before]
+    return estimate_from_samples(job, samples, step, now)
+
+
+async def _after_ingest(
+    request: Request,
+    before: Job,
+    result: IngestResult,
+    rank: int,
+    step: int | None,
+    total_steps: int | None,
+    gpus: Sequence[GpuReading] = (),
+) -> Job:
+    """Publish what a stored report changed, judge the job's health, let its policy act; the job as it stands."""
     svc = services(request)
     job = result.job
     now = svc.clock()
+    if result.sample is not None:
+        svc.progress.add(job.id, result.sample)
+    if job.state in FINAL_STATES:
+        svc.progress.forget(job.id)
+    job, update = await health.assess(svc.health, svc.store, blocking, result, rank, step, total_steps, now, gpus)
+    job = await review(svc, job, now)
     svc.live.publish("job", job.namespace, job.name, {"job": job_view(job, now)})
     if result.new_points:
         points: dict[str, Any] = {
@@ -88,6 +144,18 @@ async def _after_ingest(request: Request, before: Job, result: IngestResult) -> 
         for event in await blocking(svc.store.events, job_id=job.id, after=0, limit=1000):
             if event.kind == job.state:
                 svc.live.publish("event", job.namespace, job.name, _event_view(event))
+    if update is not None:
+        health.publish_event(update, svc.live, now)
+    return job
+
+
+async def review(svc: Services, job: Job, now: float) -> Job:
+    """Let the job's policy act; a failure is logged and costs the request nothing (its data is stored)."""
+    try:
+        return await svc.policies.review(job, now)
+    except Exception:
+        _log.exception("the policy review of %s failed; its data is stored all the same", job.key)
+        return job
 
 
 def _event_view(event: Any) -> dict[str, Any]:

@@ -20,9 +20,12 @@ from ...protocol import (
 )
 from ..errors import ApiError
 from ..history import downsampled
-from ..store import JOB_STATES, SORT_KEYS, Event, Job, JobFilter
+from ..responses import FastJSONResponse
+from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Event, Job, JobFilter
 from ..views import job_view
-from .common import authorize, blocking, check_name, hash_token, read_json, require_job, services
+from .common import authorize, blocking, check_name, hash_token, identify, read_json, require, require_job, services
+from .ingest import review
+from .policies import policy_view, read_policy
 
 __all__ = ["routes"]
 
@@ -35,6 +38,7 @@ MAX_EVENT_ID = 2**62
 
 async def register(request: Request) -> JSONResponse:
     """``POST /api/v1/namespaces/{namespace}/jobs``: a new job (or a new attempt) and its write token."""
+    await require(request, "editor", request.path_params["namespace"])
     namespace = check_name(request.path_params["namespace"], "namespace")
     body = _object(await read_json(request))
     if body.get("name") is None:
@@ -49,11 +53,17 @@ async def register(request: Request) -> JSONResponse:
         "total_epochs": _optional_number(body, "total_epochs", minimum=0.0),
         "gpus": _optional_number(body, "gpus", minimum=0.0) or 0.0,
         "gpu_hour_cost": _optional_number(body, "gpu_hour_cost", minimum=0.0) or 0.0,
+        "gpu_type": _gpu_type(body),
         "source": _choice(body, "source", ("native", "runner", "kubeflow"), "native"),
         "supersede": _flag(body, "supersede"),
+        "policy": read_policy(services(request), body["policy"], "policy.").to_dict()
+        if body.get("policy") is not None
+        else None,
     }
-    token = secrets.token_urlsafe(32)
     svc = services(request)
+    if not fields["gpu_hour_cost"] and fields["gpus"]:  # the server's default price for its namespace and GPU type
+        fields["gpu_hour_cost"] = svc.prices.price(namespace, fields["gpu_type"])
+    token = secrets.token_urlsafe(32)
     try:
         job = await blocking(
             svc.store.register, namespace, name, token_hash=hash_token(token), now=svc.clock(), params=params, **fields
@@ -76,15 +86,20 @@ async def list_jobs(request: Request) -> JSONResponse:
     """``GET /api/v1/jobs`` and ``GET /api/v1/namespaces/{namespace}/jobs``: filter, sort, page."""
     q = request.query_params
     namespace = request.path_params.get("namespace") or q.get("namespace") or None
+    readable: tuple[str, ...] | None = None
     if namespace is not None:
+        await require(request, "viewer", namespace)
         check_name(namespace, "namespace")
+    else:
+        readable = (await identify(request)).readable()
     states = [s for s in q.get("state", "").split(",") if s]
     for state in states:
         if state not in JOB_STATES:
             raise ApiError(400, f"state must be among {', '.join(JOB_STATES)}, got {state[:40]!r}", "state")
-    health = q.get("health")
-    if health not in (None, "", "unknown"):
-        raise ApiError(400, "health is not analysed by this server yet: every job's health is 'unknown'", "health")
+    healths = [h for h in q.get("health", "").split(",") if h]
+    for health in healths:
+        if health not in HEALTH_STATES:
+            raise ApiError(400, f"health must be among {', '.join(HEALTH_STATES)}, got {health[:40]!r}", "health")
     raw_sort = q.get("sort") or "-updated"
     descending = raw_sort.startswith("-")
     sort = raw_sort.removeprefix("-")
@@ -92,7 +107,9 @@ async def list_jobs(request: Request) -> JSONResponse:
         raise ApiError(400, f"sort must be one of {', '.join(SORT_KEYS)}, '-' first for descending", "sort")
     where = JobFilter(
         namespace=namespace,
+        namespaces=readable,
         state=states,
+        health=healths,
         text=(q.get("text") or None),
         min_progress=_query_number(q.get("min_progress"), "min_progress", 0, 100),
         max_progress=_query_number(q.get("max_progress"), "max_progress", 0, 100),
@@ -107,7 +124,8 @@ async def list_jobs(request: Request) -> JSONResponse:
     total = await blocking(svc.store.count_jobs, where)
     now = svc.clock()
     full = q.get("full", "") in ("1", "true", "yes")
-    return JSONResponse({"items": [job_view(j, now, compact=not full) for j in jobs], "total": total})
+    items = [job_view(j, now) for j in jobs] if full else [svc.views.view(j, now) for j in jobs]
+    return FastJSONResponse({"items": items, "total": total})
 
 
 async def get_job(request: Request) -> JSONResponse:
@@ -117,12 +135,27 @@ async def get_job(request: Request) -> JSONResponse:
     view = job_view(job, svc.clock())
     view["metric_names"] = await blocking(svc.store.metric_names, job.id)
     view["pending_commands"] = [c.to_dict() for c in await blocking(svc.store.pending_commands, job.id)]
+    now = svc.clock()
+    view["policy"] = policy_view(svc, job)
+    view["ranks"] = [
+        {
+            "rank": r.rank,
+            "step": r.step,
+            "step_time": r.step_time,
+            "host": r.host,
+            "pid": r.pid,
+            "last_report_age_seconds": max(now - r.last_seen_at, 0.0),
+            "gpus": [g.to_dict() for g in r.gpus],
+        }
+        for r in await blocking(svc.store.ranks, job.id)
+    ]
     return JSONResponse(view)
 
 
 async def _attempt(request: Request) -> Job:
-    """The job of the path, at the attempt the query asks for (default: the latest)."""
+    """The job of the path, at the attempt the query asks for (default: the latest); viewers only."""
     svc = services(request)
+    await require(request, "viewer", request.path_params["namespace"])
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
     attempt = request.query_params.get("attempt")
     if attempt is None:
@@ -148,9 +181,9 @@ async def history(request: Request) -> JSONResponse:
         names = await blocking(svc.store.metric_names, job.id)
     series: dict[str, Any] = {}
     for name in names[: LIMITS.max_metrics_per_report]:
-        columns = await blocking(svc.store.series_columns, job.id, name)
+        columns = await blocking(svc.store.history_columns, job.id, name, max_points)
         series[name] = await blocking(downsampled, columns, max_points)
-    return JSONResponse({"namespace": job.namespace, "name": job.name, "attempt": job.attempt, "metrics": series})
+    return FastJSONResponse({"namespace": job.namespace, "name": job.name, "attempt": job.attempt, "metrics": series})
 
 
 async def events(request: Request) -> JSONResponse:
@@ -180,6 +213,7 @@ def event_view(event: Event) -> dict[str, Any]:
 async def add_command(request: Request) -> JSONResponse:
     """``POST .../jobs/{name}/commands`` ``{"kind": "stop"|"checkpoint", "reason": "..."}``."""
     svc = services(request)
+    identity = await require(request, "editor", request.path_params["namespace"])
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
     body = _object(await read_json(request))
     kind = _choice(body, "kind", COMMAND_KINDS, None)
@@ -188,14 +222,17 @@ async def add_command(request: Request) -> JSONResponse:
         raise ApiError(422, f"reason must be a string of at most {LIMITS.max_reason_length} characters", "reason")
     if job.state in ("finished", "failed", "stopped"):
         raise ApiError(409, f"job {job.key} has already {job.state}: there is nothing to {kind}", "kind")
-    command = await blocking(svc.store.add_command, job, kind, reason, svc.clock())
-    svc.live.publish("event", job.namespace, job.name, {"kind": "command", "command": command.to_dict()})
+    command = await blocking(svc.store.add_command, job, kind, reason, svc.clock(), identity.who)
+    svc.live.publish(
+        "event", job.namespace, job.name, {"kind": "command", "command": command.to_dict(), "by": identity.who}
+    )
     return JSONResponse(command.to_dict(), status_code=201)
 
 
 async def list_commands(request: Request) -> JSONResponse:
     """``GET .../jobs/{name}/commands``: commands the job has not acknowledged yet."""
     svc = services(request)
+    await require(request, "viewer", request.path_params["namespace"])
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
     return JSONResponse({"items": [c.to_dict() for c in await blocking(svc.store.pending_commands, job.id)]})
 
@@ -208,13 +245,17 @@ async def set_state(request: Request) -> JSONResponse:
     body = _object(await read_json(request))
     state = _choice(body, "state", ("running", "finished", "failed", "stopped"), None)
     exit_code = body.get("exit_code")
-    if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
-        raise ApiError(422, "exit_code must be an integer", "exit_code")
+    # 32 bits: the column's type on PostgreSQL (a larger one was a 500 from the database driver)
+    if exit_code is not None and (
+        not isinstance(exit_code, int) or isinstance(exit_code, bool) or not -(2**31) <= exit_code < 2**31
+    ):
+        raise ApiError(422, "exit_code must be an integer (a 32-bit exit status)", "exit_code")
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > LIMITS.max_reason_length:
         raise ApiError(422, f"reason must be a string of at most {LIMITS.max_reason_length} characters", "reason")
     before = job.state
     job = await blocking(svc.store.set_state, job, state, svc.clock(), reason, exit_code)
+    job = await review(svc, job, svc.clock())
     view = job_view(job, svc.clock())
     svc.live.publish("job", job.namespace, job.name, {"job": view})
     if job.state != before:
@@ -223,6 +264,15 @@ async def set_state(request: Request) -> JSONResponse:
 
 
 # ----------------------------------------------------------------------------------------- parsing
+
+
+def _gpu_type(body: dict[str, Any]) -> str:
+    value = body.get("gpu_type")
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not value or len(value) > 64 or not value.isprintable():
+        raise ApiError(422, "gpu_type must be a GPU type such as a100 or h100 (1-64 printable characters)", "gpu_type")
+    return value.lower()
 
 
 def _object(body: Any) -> dict[str, Any]:
@@ -237,15 +287,25 @@ def _optional_int(body: dict[str, Any], key: str, minimum: int) -> int | None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ApiError(422, f"{key} must be an integer >= {minimum}, got {str(value)[:40]!r}", key)
+    if value > LIMITS.max_integer:  # beyond what the store keeps (it was a 500 from the database driver)
+        raise ApiError(422, f"{key} must be at most {LIMITS.max_integer}, got {str(value)[:40]!r}", key)
     return value
+
+
+_MAX_NUMBER = 1e9
+"""Largest GPU count, price or epoch count: a cost of GPUs x price x hours stays a finite float (a larger
+one overflowed to infinity, and the job's views became 500s)."""
 
 
 def _optional_number(body: dict[str, Any], key: str, minimum: float) -> float | None:
     value = body.get(key)
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < minimum:
+    # the chained comparison is False for NaN and the infinities, and exact for integers of any size
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not minimum <= value < math.inf:
         raise ApiError(422, f"{key} must be a finite number >= {minimum:g}, got {str(value)[:40]!r}", key)
+    if value > _MAX_NUMBER:
+        raise ApiError(422, f"{key} must be at most {_MAX_NUMBER:g}, got {str(value)[:40]!r}", key)
     return float(value)
 
 

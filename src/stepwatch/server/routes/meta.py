@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 from ...protocol import API_VERSION
 from ..errors import ApiError
 from ..openapi import openapi_document
-from .common import check_name, services
+from .common import blocking, check_name, identify, require, services
 
 __all__ = ["routes", "server_version"]
 
@@ -29,12 +30,17 @@ def server_version() -> str:
 
 
 async def live_events(request: Request) -> StreamingResponse:
-    """``GET /api/v1/events?namespace=&job=``: server-sent events of job changes and new points."""
+    """``GET /api/v1/events?namespace=&job=``: server-sent events of job changes and new points, of the
+    namespaces the client may read. The dashboard's token cookie counts here (``EventSource`` sends no
+    headers); a token revoked or expired while the stream is open ends it at its next message."""
     q = request.query_params
     namespace = q.get("namespace") or None
     job = q.get("job") or None
     if namespace is not None:
+        identity = await require(request, "viewer", namespace, cookie=True)
         check_name(namespace, "namespace")
+    else:
+        identity = await identify(request, cookie=True)
     if job is not None:
         check_name(job, "job")
     last = request.headers.get("last-event-id") or q.get("last_event_id")
@@ -44,9 +50,39 @@ async def live_events(request: Request) -> StreamingResponse:
             last_id = int(last)
         except ValueError:
             raise ApiError(400, f"Last-Event-ID must be an event id (an integer), got {last[:40]!r}") from None
-    stream = services(request).live.stream(namespace, job, last_id)
+    readable = identity.readable()
+    allowed = frozenset(readable) if readable is not None else None
+    stream = services(request).live.stream(namespace, job, last_id, allowed)
+    if identity.token_id is not None:
+        stream = _while_valid(request, stream)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+async def _while_valid(request: Request, stream: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The stream, ended as soon as the credentials that opened it are refused (a memory lookup per message
+    while the token is valid)."""
+    try:
+        async for chunk in stream:
+            try:
+                await identify(request, cookie=True)
+            except ApiError:
+                yield 'event: unauthorized\ndata: {"reason":"the token was revoked or expired"}\n\n'
+                return
+            yield chunk
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def prometheus_metrics(request: Request) -> Response:
+    """``GET /metrics``: every live job's progress, ETA, health and cost, in Prometheus' text format.
+    With authentication on, it needs the viewer role over every namespace (a scrape token:
+    ``stepwatch token create --role viewer --all-namespaces --name prometheus``)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    await require(request, "viewer")
+    body = await blocking(generate_latest, request.app.state.prometheus)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 async def openapi(request: Request) -> JSONResponse:
@@ -105,6 +141,7 @@ def _routes() -> list[Route | Mount]:
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/docs", docs, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", prometheus_metrics, methods=["GET"]),
     ]
     assets = _swagger_assets()
     if assets is not None:

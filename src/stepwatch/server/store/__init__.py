@@ -1,6 +1,12 @@
-"""Storage of the server: the interface and its embedded SQLite implementation."""
+"""Storage of the server: the interface and its embedded SQLite implementation.
 
+The PostgreSQL store is :class:`.postgres.PostgresStore`, imported from its module when a server is given a
+``postgresql://`` URL (psycopg is the ``postgres`` extra).
+"""
+
+from .access import ROLES, ApiToken, AuditEntry
 from .base import (
+    HEALTH_STATES,
     JOB_STATES,
     SORT_KEYS,
     Event,
@@ -8,7 +14,9 @@ from .base import (
     Job,
     JobFilter,
     JobState,
+    PendingReport,
     ProgressSample,
+    RankState,
     SeriesColumns,
     SeriesPoint,
     Store,
@@ -17,14 +25,20 @@ from .base import (
 from .sqlite import SQLiteStore
 
 __all__ = [
+    "HEALTH_STATES",
     "JOB_STATES",
+    "ROLES",
     "SORT_KEYS",
+    "ApiToken",
+    "AuditEntry",
     "Event",
     "IngestResult",
     "Job",
     "JobFilter",
     "JobState",
+    "PendingReport",
     "ProgressSample",
+    "RankState",
     "SQLiteStore",
     "SeriesColumns",
     "SeriesPoint",

@@ -1,20 +1,28 @@
 """The storage interface of the server, and the records it stores.
 
-One interface, two implementations: the embedded default (:mod:`.sqlite`) and PostgreSQL (a later
-milestone). Every method is synchronous and thread-safe; the ASGI app calls them from a worker
-thread. Records are plain frozen dataclasses: what the store gives out cannot change behind it.
+One interface, two implementations: the embedded default (:mod:`.sqlite`) and PostgreSQL
+(:mod:`.postgres`, for several replicas; imported only when used, psycopg being an extra). Every
+method is synchronous and thread-safe; the ASGI app calls them from a worker thread. Records are
+plain frozen dataclasses: what the store gives out cannot change behind it.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, MetricWindow, Report, TrainerStatus
+from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, GpuReading, MetricWindow, Report, TrainerStatus
+from .access import ApiToken, AuditEntry
+from .retention import Compaction, run_pass
+
+if TYPE_CHECKING:
+    from .rollups import Connection
 
 __all__ = [
+    "HEALTH_STATES",
     "JOB_STATES",
     "SORT_KEYS",
     "Event",
@@ -22,16 +30,26 @@ __all__ = [
     "Job",
     "JobFilter",
     "JobState",
+    "PendingReport",
     "ProgressSample",
+    "RankState",
     "SeriesColumns",
     "SeriesPoint",
     "Store",
     "StoreError",
+    "health_change_is_event",
 ]
 
 SORT_KEYS: tuple[str, ...] = JOB_SORT_KEYS
+HEALTH_STATES: tuple[str, ...] = ("healthy", "stalled", "not_learning", "diverging", "straggling", "unknown")
 JobState = Literal["pending", "running", "finished", "failed", "stopped"]
 FINAL_STATES = frozenset({"finished", "failed", "stopped"})
+
+
+def health_change_is_event(old: str, new: str) -> bool:
+    """Whether a change of health goes on the job's events: every change but the first verdict
+    ``healthy`` (``unknown`` to ``healthy`` is the normal start of every job, not news)."""
+    return old != new and not (old == "unknown" and new == "healthy")
 
 
 class StoreError(Exception):
@@ -66,6 +84,8 @@ class Job:
     source: str = "native"
     gpus: float = 0.0
     gpu_hour_cost: float = 0.0
+    gpu_type: str = ""
+    """The kind of GPU (``a100``, ``h100``...), for its default price; empty when not said."""
     world_size: int = 1
     params: dict[str, Any] = field(default_factory=dict)
     last_metrics: dict[str, float] = field(default_factory=dict)
@@ -75,6 +95,15 @@ class Job:
     """Seconds left at ``eta_at``, from the robust recent rate (see ``analysis.eta``)."""
     eta_rate: float | None = None
     eta_at: float | None = None
+    health: str = "unknown"
+    """One of :data:`HEALTH_STATES`."""
+    health_since: float | None = None
+    health_evidence: dict[str, Any] = field(default_factory=dict)
+    """Why: the metric, window, threshold and what was observed, and a sentence."""
+    policy: dict[str, Any] = field(default_factory=dict)
+    """The job's own policy (what it sets over its namespace's; see ``server.policies``)."""
+    policy_fired: dict[str, Any] = field(default_factory=dict)
+    """Triggers its policy has acted on, each with when, what and why (acted on once per trigger)."""
 
     @property
     def key(self) -> str:
@@ -87,7 +116,10 @@ class JobFilter:
     """What to list: every field narrows; ``text`` matches a part of the name or namespace."""
 
     namespace: str | None = None
+    namespaces: Sequence[str] | None = None
+    """Only these namespaces (``None``: any); what the caller may read."""
     state: Sequence[str] = ()
+    health: Sequence[str] = ()
     text: str | None = None
     min_progress: float | None = None
     """Percent, 0..100."""
@@ -108,6 +140,18 @@ class IngestResult:
     duplicate: bool
     commands: tuple[Command, ...] = ()
     new_points: tuple[MetricWindow, ...] = ()
+    sample: ProgressSample | None = None
+    """The progress sample the report added (rank 0's newest report with a step), for the ETA."""
+
+
+@dataclass(frozen=True)
+class PendingReport:
+    """A native report waiting to be stored, with its arrival time and the ETA computed for it."""
+
+    job: Job
+    report: Report
+    now: float
+    estimate: tuple[float | None, float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +170,11 @@ class SeriesPoint:
 
 @dataclass(frozen=True)
 class SeriesColumns:
-    """The windows of one metric as parallel lists (what charts and downsampling read)."""
+    """The windows of one metric as parallel lists (what charts and downsampling read).
+
+    Entries may be buckets of windows already merged (roll-ups of long series): then
+    ``first_steps`` holds each entry's first step and ``windows`` how many windows it merges.
+    """
 
     steps: list[int]
     times: list[float]
@@ -136,6 +184,8 @@ class SeriesColumns:
     means: list[float | None]
     counts: list[int]
     nonfinites: list[int]
+    first_steps: list[int] | None = None
+    windows: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +194,22 @@ class ProgressSample:
 
     t: float
     step: int
+
+
+@dataclass(frozen=True)
+class RankState:
+    """The newest report of one rank of a job: its step, step time, host and process."""
+
+    rank: int
+    run_id: str
+    last_seen_at: float
+    """Server time of the rank's newest report."""
+    step: int | None
+    step_time: float | None
+    host: str
+    pid: int
+    gpus: tuple[GpuReading, ...] = ()
+    """The GPUs the rank's process sees, as its newest report read them (empty: not read)."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +244,8 @@ class Store(abc.ABC):
         gpu_hour_cost: float = 0.0,
         source: str = "native",
         supersede: bool = False,
+        policy: dict[str, Any] | None = None,
+        gpu_type: str = "",
     ) -> Job:
         """Create a job, or a new attempt when the name's latest attempt has ended.
 
@@ -197,6 +265,14 @@ class Store(abc.ABC):
     def token_hash(self, job_id: int) -> str:
         """The hash of the write token of a job."""
 
+    def cached_job(self, namespace: str, name: str) -> Job | None:
+        """The latest attempt of a job if the store holds it in memory (no I/O: callable from the event loop)."""
+        return None
+
+    def cached_token_hash(self, job_id: int) -> str | None:
+        """A job's token hash if the store holds it in memory (no I/O)."""
+        return None
+
     @abc.abstractmethod
     def jobs(self, where: JobFilter) -> list[Job]:
         """Jobs matching a filter, newest first."""
@@ -211,6 +287,20 @@ class Store(abc.ABC):
     ) -> IngestResult:
         """Store a native report once (by run, rank and seq) and update the job's state and ETA."""
 
+    def ingest_reports(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
+        """Store several reports, in order; each gets its result or its own error.
+
+        Stores that can write a batch in one transaction override this (the server sends every
+        report that arrived while the previous batch was being written).
+        """
+        results: list[IngestResult | StoreError] = []
+        for item in batch:
+            try:
+                results.append(self.ingest_report(item.job, item.report, item.now, item.estimate))
+            except StoreError as exc:
+                results.append(exc)
+        return results
+
     @abc.abstractmethod
     def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
         """Store an upstream Kubeflow status as progress and history."""
@@ -220,12 +310,24 @@ class Store(abc.ABC):
         """Move a job to a state (the local runner records how its process ended)."""
 
     @abc.abstractmethod
+    def set_health(self, job_id: int, health: str, since: float | None, evidence: dict[str, Any], now: float) -> Job:
+        """Record a job's health (a change of health is also an event)."""
+
+    @abc.abstractmethod
     def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
         """Keep the latest ETA of a job with the job."""
 
     @abc.abstractmethod
     def series_columns(self, job_id: int, metric: str) -> SeriesColumns:
         """Every stored window of a metric, in step order, as parallel columns."""
+
+    def history_columns(self, job_id: int, metric: str, max_points: int) -> SeriesColumns:
+        """A series to downsample to ``max_points``: every window, or fewer rows that merge them.
+
+        Stores that keep roll-ups of long series override this, so that a read touches
+        O(``max_points``) rows whatever the length of the series.
+        """
+        return self.series_columns(job_id, metric)
 
     @abc.abstractmethod
     def series(self, job_id: int, metric: str) -> list[SeriesPoint]:
@@ -240,8 +342,43 @@ class Store(abc.ABC):
         """Rank 0's (time, step) samples, oldest first."""
 
     @abc.abstractmethod
-    def add_command(self, job: Job, kind: str, reason: str, now: float) -> Command:
-        """Queue a command for the job's reporter."""
+    def ranks(self, job_id: int) -> list[RankState]:
+        """The newest report of every rank of a job, by rank."""
+
+    @abc.abstractmethod
+    def add_command(self, job: Job, kind: str, reason: str, now: float, actor: str = "") -> Command:
+        """Queue a command for the job's reporter (an event ``command``; when ``actor`` is given, who
+        asked is in the event and an audit entry)."""
+
+    @abc.abstractmethod
+    def set_policy(self, job_id: int, policy: dict[str, Any], now: float, message: str, actor: str = "") -> Job:
+        """Replace a job's own policy (an event ``policy_set`` with ``message``; ``actor`` as for commands)."""
+
+    @abc.abstractmethod
+    def act(
+        self,
+        job_id: int,
+        trigger: str,
+        fired: dict[str, Any],
+        message: str,
+        commands: tuple[tuple[str, str], ...],
+        now: float,
+    ) -> tuple[Job, list[Command]]:
+        """Record that the job's policy acted on ``trigger``, atomically: ``fired`` under the trigger in
+        ``policy_fired``, an event ``policy`` (``message``, ``fired`` as data), and the commands
+        ``(kind, reason)`` queued in order. Returns the job and the queued commands."""
+
+    @abc.abstractmethod
+    def rearm(self, job_id: int, triggers: tuple[str, ...], now: float) -> Job:
+        """Forget that the policy acted on these triggers (their condition ended: the next one acts again)."""
+
+    @abc.abstractmethod
+    def namespace_policies(self) -> dict[str, dict[str, Any]]:
+        """Every namespace's policy, by namespace."""
+
+    @abc.abstractmethod
+    def set_namespace_policy(self, namespace: str, policy: dict[str, Any] | None, now: float, actor: str = "") -> None:
+        """Replace (``None``: remove) a namespace's policy (an audit entry when ``actor`` is given)."""
 
     @abc.abstractmethod
     def pending_commands(self, job_id: int) -> list[Command]:
@@ -252,6 +389,58 @@ class Store(abc.ABC):
         self, *, job_id: int | None = None, namespace: str | None = None, after: int = 0, limit: int = 100
     ) -> list[Event]:
         """Events after an id, oldest first."""
+
+    # ------------------------------------------------------------------------ access (tokens, audit)
+
+    @abc.abstractmethod
+    def create_token(self, token: ApiToken, token_hash: str, entry: AuditEntry) -> None:
+        """Store a new API token by the hash of its secret, with the audit entry of its creation."""
+
+    @abc.abstractmethod
+    def api_token(self, token_hash: str) -> ApiToken | None:
+        """The API token with this secret's hash (revoked and expired ones too), cached where it can be:
+        a revocation is seen at once, on every replica."""
+
+    def cached_api_token(self, token_hash: str) -> ApiToken | None:
+        """The API token with this hash when the store holds it in memory and trusts it (no I/O)."""
+        return None
+
+    @abc.abstractmethod
+    def api_tokens(self) -> list[ApiToken]:
+        """Every API token, oldest first."""
+
+    @abc.abstractmethod
+    def revoke_token(self, token_id: str, now: float, entry: AuditEntry) -> ApiToken | None:
+        """Revoke a token (``None`` when there is none with that id); revoking twice changes nothing."""
+
+    @abc.abstractmethod
+    def record_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Append an entry to the audit log; returns it with its id."""
+
+    @abc.abstractmethod
+    def audit_log(
+        self,
+        *,
+        namespaces: tuple[str, ...] | None = None,
+        name: str | None = None,
+        include_global: bool = True,
+        after: int = 0,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Audit entries after an id, oldest first: of these namespaces (``None``: any), of job ``name``,
+        with or without the server-wide ones."""
+
+    def compact(
+        self, before: float | None, quotas: Mapping[str, int] | None = None, budget: int = 20_000
+    ) -> Compaction:
+        """One bounded retention pass (see :mod:`.retention`): raw windows (and level-1 roll-up rows)
+        whose roll-ups ended before ``before``, then the oldest raw windows of namespaces over their
+        quota (``"*"``: every namespace), at most ``budget`` rows deleted; call again while ``more``."""
+        return run_pass(self._retention_tx, before, quotas, budget)
+
+    def _retention_tx(self, job_id: int | None) -> AbstractContextManager[Connection]:
+        """A write transaction on a ``?`` connection, the job's row locked where one is named."""
+        raise NotImplementedError(f"{type(self).__name__} has no retention")
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -15,20 +15,22 @@ import math
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...protocol import (
     Command,
+    GpuReading,
     MetricWindow,
     Report,
     TrainerStatus,
-    decode_float,
-    encode_float,
     parse_rfc3339,
 )
+from . import rollups
+from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
 from .base import (
     FINAL_STATES,
     Event,
@@ -36,119 +38,21 @@ from .base import (
     Job,
     JobFilter,
     JobState,
+    PendingReport,
     ProgressSample,
+    RankState,
     SeriesColumns,
     SeriesPoint,
     Store,
     StoreError,
+    health_change_is_event,
 )
+from .cache import JobCache
+from .rollups import FANOUT
+from .rows import JOB_COLUMNS, column_value, job_from_row, load_float, store_float
+from .sqlite_schema import MIGRATIONS, PROGRESS_SQL, SCHEMA_VERSION, SORT_SQL
 
 __all__ = ["SQLiteStore"]
-
-SCHEMA_VERSION = 1
-
-_MIGRATIONS: dict[int, str] = {
-    1: """
-    CREATE TABLE jobs (
-        id INTEGER PRIMARY KEY,
-        namespace TEXT NOT NULL,
-        name TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        token_hash TEXT NOT NULL,
-        state TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        started_at REAL,
-        finished_at REAL,
-        last_report_at REAL,
-        step INTEGER,
-        total_steps INTEGER,
-        epoch REAL,
-        total_epochs REAL,
-        samples INTEGER,
-        steps_per_second REAL,
-        samples_per_second REAL,
-        reported_eta REAL,
-        reported_progress REAL,
-        reason TEXT NOT NULL DEFAULT '',
-        exit_code INTEGER,
-        source TEXT NOT NULL DEFAULT 'native',
-        gpus REAL NOT NULL DEFAULT 0,
-        gpu_hour_cost REAL NOT NULL DEFAULT 0,
-        world_size INTEGER NOT NULL DEFAULT 1,
-        params TEXT NOT NULL DEFAULT '{}',
-        last_metrics TEXT NOT NULL DEFAULT '{}',
-        nonfinite_total INTEGER NOT NULL DEFAULT 0,
-        eta_seconds REAL,
-        eta_rate REAL,
-        eta_at REAL,
-        UNIQUE (namespace, name, attempt)
-    );
-    CREATE INDEX jobs_by_state ON jobs (state);
-    CREATE TABLE reports (
-        job_id INTEGER NOT NULL REFERENCES jobs (id),
-        run_id TEXT NOT NULL,
-        rank INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        received_at REAL NOT NULL,
-        sent_at REAL NOT NULL,
-        step INTEGER,
-        newest INTEGER NOT NULL DEFAULT 1,
-        PRIMARY KEY (job_id, run_id, rank, seq)
-    ) WITHOUT ROWID;
-    CREATE INDEX reports_progress ON reports (job_id, rank, received_at);
-    CREATE TABLE ranks (
-        job_id INTEGER NOT NULL REFERENCES jobs (id),
-        rank INTEGER NOT NULL,
-        run_id TEXT NOT NULL,
-        last_sent_at REAL NOT NULL,
-        last_seen_at REAL NOT NULL,
-        step INTEGER,
-        step_time REAL,
-        host TEXT NOT NULL DEFAULT '',
-        pid INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (job_id, rank)
-    ) WITHOUT ROWID;
-    CREATE TABLE points (
-        job_id INTEGER NOT NULL REFERENCES jobs (id),
-        metric TEXT NOT NULL,
-        step INTEGER NOT NULL,
-        t REAL NOT NULL,
-        last REAL NOT NULL,
-        min REAL,
-        max REAL,
-        mean REAL,
-        count INTEGER NOT NULL,
-        nonfinite INTEGER NOT NULL
-    );
-    CREATE INDEX points_by_metric ON points (job_id, metric, step, t);
-    CREATE TABLE commands (
-        id TEXT PRIMARY KEY,
-        job_id INTEGER NOT NULL REFERENCES jobs (id),
-        kind TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        acked_at REAL
-    );
-    CREATE INDEX commands_pending ON commands (job_id, acked_at);
-    CREATE TABLE events (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id INTEGER NOT NULL REFERENCES jobs (id),
-        t REAL NOT NULL,
-        kind TEXT NOT NULL,
-        message TEXT NOT NULL,
-        data TEXT NOT NULL DEFAULT '{}'
-    );
-    CREATE INDEX events_by_job ON events (job_id, id);
-    """,
-}
-
-_JOB_COLUMNS = (
-    "id, namespace, name, attempt, state, created_at, updated_at, started_at, finished_at, last_report_at, "
-    "step, total_steps, epoch, total_epochs, samples, steps_per_second, samples_per_second, reported_eta, "
-    "reported_progress, reason, exit_code, source, gpus, gpu_hour_cost, world_size, params, last_metrics, "
-    "nonfinite_total, eta_seconds, eta_rate, eta_at"
-)
 
 
 class SQLiteStore(Store):
@@ -162,6 +66,16 @@ class SQLiteStore(Store):
             except OSError as exc:
                 raise StoreError(f"cannot create the directory of the database {self.path}: {exc}") from None
         self._write_lock = threading.Lock()
+        self._cache = JobCache()
+        self._api_tokens: dict[str, ApiToken] = {}
+        """API tokens by hash, as found (cleared by every revocation)."""
+        self._token_generation = 0
+        """Raised by every revocation: a lookup that began before one does not cache what it read."""
+        self._remembered: dict[int, tuple[Job, str | None, bool]] = {}
+        """Jobs written by the open transaction, put in the cache when it commits."""
+        self._data_version: int | None = None
+        self._unfolded: dict[tuple[int, str], int] = {}
+        """Windows stored per series since its last fold into roll-ups (this process only)."""
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._writer = self._connect()
@@ -193,12 +107,22 @@ class SQLiteStore(Store):
             conn = self._writer
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                (version,) = conn.execute("PRAGMA data_version").fetchone()
             except sqlite3.Error as exc:
                 raise StoreError(f"the database cannot be written: {exc}") from None
+            if version != self._data_version:  # another process wrote the file: what we cached may be old
+                self._cache.clear()
+                self._api_tokens.clear()
+                self._data_version = version
+            self._remembered.clear()
             try:
                 yield conn
                 conn.execute("COMMIT")
+                for job, token_hash, latest in self._remembered.values():
+                    self._cache.put(job, token_hash, latest)
+                self._remembered.clear()
             except BaseException as exc:
+                self._remembered.clear()
                 if conn.in_transaction:
                     try:
                         conn.execute("ROLLBACK")
@@ -208,6 +132,36 @@ class SQLiteStore(Store):
                     raise StoreError(f"the database cannot be written: {exc}") from None
                 raise
 
+    def _remember(self, job: Job, token_hash: str | None = None, latest: bool = False) -> None:
+        """Cache a job written by the open transaction, once it commits (``latest``: just registered)."""
+        pending = self._remembered.get(job.id)
+        if token_hash is None:
+            token_hash = pending[1] if pending is not None else self._cache.token_hash(job.id)
+        self._remembered[job.id] = (job, token_hash, latest or (pending is not None and pending[2]))
+
+    def _current(self, conn: sqlite3.Connection, job_id: int) -> tuple[Job, str]:
+        """A job as it stands inside the open write transaction, and its token hash."""
+        pending = self._remembered.get(job_id)
+        if pending is not None:
+            job, token_hash, _ = pending
+            return job, token_hash if token_hash is not None else self._token_of(conn, job_id)
+        cached = self._cache.by_id(job_id)
+        if cached is not None:
+            return cached, self._token_of(conn, job_id)
+        row = conn.execute(f"SELECT {JOB_COLUMNS}, token_hash FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise KeyError(job_id)
+        job, token_hash = job_from_row(row[:-1]), str(row[-1])
+        self._remember(job, token_hash)
+        return job, token_hash
+
+    def _token_of(self, conn: sqlite3.Connection, job_id: int) -> str:
+        cached = self._cache.token_hash(job_id)
+        if cached is not None:
+            return cached
+        row = conn.execute("SELECT token_hash FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return str(row[0]) if row else ""
+
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._reader().execute(sql, args).fetchall()
@@ -216,9 +170,15 @@ class SQLiteStore(Store):
 
     def _migrate(self) -> None:
         (version,) = self._writer.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            self.close()
+            raise StoreError(
+                f"the database {self.path} has schema version {version}, newer than this stepwatch's "
+                f"{SCHEMA_VERSION}: upgrade stepwatch (an older one cannot read it)"
+            )
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._write_lock:
-                self._writer.executescript(f"BEGIN; {_MIGRATIONS[target]} PRAGMA user_version = {target}; COMMIT;")
+                self._writer.executescript(f"BEGIN; {MIGRATIONS[target]} PRAGMA user_version = {target}; COMMIT;")
 
     def close(self) -> None:
         """Close every connection."""
@@ -245,6 +205,8 @@ class SQLiteStore(Store):
         gpu_hour_cost: float = 0.0,
         source: str = "native",
         supersede: bool = False,
+        policy: dict[str, Any] | None = None,
+        gpu_type: str = "",
     ) -> Job:
         """Create a job, or its next attempt; ``KeyError`` while the latest attempt is still live.
 
@@ -260,13 +222,14 @@ class SQLiteStore(Store):
                 if not supersede:
                     raise KeyError(f"{namespace}/{name}")
                 reason = f"superseded by attempt {row[1] + 1}"
-                self._update(conn, row[0], {"state": "failed", "finished_at": now, "updated_at": now, "reason": reason})
+                old, _ = self._current(conn, row[0])
+                self._update(conn, old, {"state": "failed", "finished_at": now, "updated_at": now, "reason": reason})
                 self._event(conn, row[0], now, "failed", reason, {})
             attempt = 1 if row is None else row[1] + 1
             cur = conn.execute(
                 "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at, "
-                "total_steps, total_epochs, params, gpus, gpu_hour_cost, source) "
-                "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+                "total_steps, total_epochs, params, gpus, gpu_hour_cost, source, policy, gpu_type) "
+                "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     namespace,
                     name,
@@ -280,37 +243,68 @@ class SQLiteStore(Store):
                     gpus,
                     gpu_hour_cost,
                     source,
+                    json.dumps(policy or {}),
+                    gpu_type,
                 ),
             )
             job_id = int(cur.lastrowid or 0)
             self._event(conn, job_id, now, "registered", f"attempt {attempt} registered", {"attempt": attempt})
-        job = self.job_by_id(job_id)
-        assert job is not None
-        return job
+            new = job_from_row(conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone())
+            self._remember(new, token_hash, latest=True)
+        return new
+
+    def cached_job(self, namespace: str, name: str) -> Job | None:
+        """The latest attempt of a job, when this store wrote it recently (no I/O)."""
+        return self._cache.latest(namespace, name)
+
+    def cached_token_hash(self, job_id: int) -> str | None:
+        """A job's token hash, when this store wrote the job recently (no I/O)."""
+        return self._cache.token_hash(job_id)
 
     def job(self, namespace: str, name: str, attempt: int | None = None) -> Job | None:
         """The latest attempt of a job, or the given one."""
         if attempt is None:
+            cached = self._cache.latest(namespace, name)
+            if cached is not None:
+                return cached
             rows = self._read(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE namespace = ? AND name = ? ORDER BY attempt DESC LIMIT 1",
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? AND name = ? ORDER BY attempt DESC LIMIT 1",
                 (namespace, name),
             )
+            if not rows:
+                return None
+            job = job_from_row(rows[0])
+            self._cache.offer(job, latest=True)
+            return job
         else:
             rows = self._read(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE namespace = ? AND name = ? AND attempt = ?",
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? AND name = ? AND attempt = ?",
                 (namespace, name, attempt),
             )
-        return _job(rows[0]) if rows else None
+        return job_from_row(rows[0]) if rows else None
 
     def job_by_id(self, job_id: int) -> Job | None:
         """A job by id."""
-        rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
-        return _job(rows[0]) if rows else None
+        cached = self._cache.by_id(job_id)
+        if cached is not None:
+            return cached
+        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            return None
+        job = job_from_row(rows[0])
+        self._cache.offer(job)
+        return job
 
     def token_hash(self, job_id: int) -> str:
         """The stored hash of a job's write token."""
+        cached = self._cache.token_hash(job_id)
+        if cached is not None:
+            return cached
         rows = self._read("SELECT token_hash FROM jobs WHERE id = ?", (job_id,))
-        return str(rows[0][0]) if rows else ""
+        if not rows:
+            return ""
+        self._cache.offer_token_hash(job_id, str(rows[0][0]))
+        return str(rows[0][0])
 
     def _where(self, where: JobFilter) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -318,22 +312,28 @@ class SQLiteStore(Store):
         if where.namespace:
             clauses.append("namespace = ?")
             args.append(where.namespace)
+        if where.namespaces is not None:
+            clauses.append(f"namespace IN ({', '.join('?' for _ in where.namespaces)})" if where.namespaces else "0")
+            args.extend(where.namespaces)
         if where.state:
             clauses.append(f"state IN ({', '.join('?' for _ in where.state)})")
             args.extend(where.state)
+        if where.health:
+            clauses.append(f"health IN ({', '.join('?' for _ in where.health)})")
+            args.extend(where.health)
         if where.text:
             clauses.append("(instr(name, ?) > 0 OR instr(namespace, ?) > 0)")
             args.extend([where.text.lower(), where.text.lower()])
         if where.min_progress is not None:
-            clauses.append(f"{_PROGRESS_SQL} >= ?")
+            clauses.append(f"{PROGRESS_SQL} >= ?")
             args.append(where.min_progress)
         if where.max_progress is not None:
-            clauses.append(f"{_PROGRESS_SQL} <= ?")
+            clauses.append(f"{PROGRESS_SQL} <= ?")
             args.append(where.max_progress)
         if not where.all_attempts:
             clauses.append(
-                "attempt = (SELECT MAX(attempt) FROM jobs AS newer WHERE newer.namespace = jobs.namespace "
-                "AND newer.name = jobs.name)"
+                "NOT EXISTS (SELECT 1 FROM jobs AS newer WHERE newer.namespace = jobs.namespace "
+                "AND newer.name = jobs.name AND newer.attempt > jobs.attempt)"
             )
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
@@ -341,13 +341,25 @@ class SQLiteStore(Store):
         """Jobs matching a filter, most recently updated first."""
         sql, args = self._where(where)
         order = "DESC" if where.descending else "ASC"
-        column = _SORT_SQL.get(where.sort, "updated_at")
-        rows = self._read(
-            f"SELECT {_JOB_COLUMNS} FROM jobs{sql} ORDER BY {column} IS NULL, {column} {order}, id {order} "
-            "LIMIT ? OFFSET ?",
-            (*args, where.limit, where.offset),
-        )
-        return [_job(r) for r in rows]
+        column = SORT_SQL.get(where.sort, "updated_at")
+        nulls_last = "" if column == "updated_at" else f"{column} IS NULL, "  # NOT NULL: its index can serve
+        ids = [
+            r[0]
+            for r in self._read(
+                f"SELECT id FROM jobs{sql} ORDER BY {nulls_last}{column} {order}, id {order} LIMIT ? OFFSET ?",
+                (*args, where.limit, where.offset),
+            )
+        ]
+        found = {i: job for i in ids if (job := self._cache.by_id(i)) is not None}
+        missing = [i for i in ids if i not in found]
+        for start in range(0, len(missing), 500):  # rows the cache does not hold: read once, then kept
+            chunk = missing[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            for row in self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({marks})", tuple(chunk)):
+                job = job_from_row(row)
+                self._cache.offer(job)
+                found[job.id] = job
+        return [found[i] for i in ids if i in found]
 
     def count_jobs(self, where: JobFilter) -> int:
         """How many jobs match a filter."""
@@ -364,99 +376,131 @@ class SQLiteStore(Store):
         ``estimate`` (seconds left, steps per second), computed by the caller for this report, is
         stored in the same transaction when the report is rank 0's newest.
         """
-        identity = report.identity
+        (result,) = self.ingest_reports([PendingReport(job, report, now, estimate)])
+        if isinstance(result, StoreError):
+            raise result
+        return result
+
+    def ingest_reports(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
+        """Store reports in one transaction (each in a savepoint of its own, so one failure stays its own)."""
+        results: list[IngestResult | StoreError] = []
         with self._write() as conn:
-            previous = conn.execute(
-                "SELECT last_sent_at FROM ranks WHERE job_id = ? AND rank = ?", (job.id, identity.rank)
-            ).fetchone()
-            newest = previous is None or report.sent_at >= previous[0]
-            inserted = conn.execute(
-                "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, report.progress.step, newest),
-            ).rowcount
-            if not inserted:
-                pending = self._pending(conn, job.id)
-                return IngestResult(job=job, duplicate=True, commands=tuple(pending))
-            progress = report.progress
-            if newest:
-                conn.execute(
-                    "INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, rank) DO UPDATE SET "
-                    "run_id = excluded.run_id, last_sent_at = excluded.last_sent_at, "
-                    "last_seen_at = excluded.last_seen_at, step = excluded.step, step_time = excluded.step_time, "
-                    "host = excluded.host, pid = excluded.pid",
+            for item in batch:
+                conn.execute("SAVEPOINT report")
+                before = self._remembered.get(item.job.id)
+                try:
+                    results.append(self._ingest(conn, item))
+                except (sqlite3.Error, KeyError) as exc:
+                    conn.execute("ROLLBACK TO report")
+                    if before is None:
+                        self._remembered.pop(item.job.id, None)
+                    else:
+                        self._remembered[item.job.id] = before
+                    problem = "is not in the database" if isinstance(exc, KeyError) else f"could not be stored: {exc}"
+                    results.append(StoreError(f"the report of job {item.job.key} {problem}"))
+                conn.execute("RELEASE report")
+        return results
+
+    def _ingest(self, conn: sqlite3.Connection, item: PendingReport) -> IngestResult:
+        job, _ = self._current(conn, item.job.id)
+        report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
+        previous = conn.execute(
+            "SELECT last_sent_at FROM ranks WHERE job_id = ? AND rank = ?", (job.id, identity.rank)
+        ).fetchone()
+        newest = previous is None or report.sent_at >= previous[0]
+        inserted = conn.execute(
+            "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, progress.step, newest),
+        ).rowcount
+        if not inserted:
+            return IngestResult(job=job, duplicate=True, commands=tuple(self._pending(conn, job.id)))
+        if newest:
+            conn.execute(
+                "INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid, "
+                "gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, rank) DO UPDATE SET "
+                "run_id = excluded.run_id, last_sent_at = excluded.last_sent_at, "
+                "last_seen_at = excluded.last_seen_at, step = excluded.step, step_time = excluded.step_time, "
+                "host = excluded.host, pid = excluded.pid, gpus = excluded.gpus",
+                (
+                    job.id,
+                    identity.rank,
+                    report.run_id,
+                    report.sent_at,
+                    now,
+                    progress.step,
+                    progress.step_time,
+                    identity.host,
+                    identity.pid,
+                    json.dumps([g.to_dict() for g in report.gpus]),
+                ),
+            )
+        if report.metrics:
+            self._count_windows(conn, job.id, [w.name for w in report.metrics])
+            conn.executemany(
+                "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
                     (
                         job.id,
-                        identity.rank,
-                        report.run_id,
-                        report.sent_at,
+                        w.name,
+                        w.last_step,
                         now,
-                        progress.step,
-                        progress.step_time,
-                        identity.host,
-                        identity.pid,
-                    ),
-                )
-            for window in report.metrics:
-                conn.execute(
-                    "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        job.id,
-                        window.name,
-                        window.last_step,
-                        now,
-                        _store_float(window.last),
-                        window.min,
-                        window.max,
-                        window.mean,
-                        window.count,
-                        window.nonfinite,
-                    ),
-                )
-            if report.acks:
-                marks = ", ".join("?" for _ in report.acks)
-                acked = conn.execute(
-                    f"UPDATE commands SET acked_at = ? WHERE job_id = ? AND acked_at IS NULL AND id IN ({marks}) "
-                    "RETURNING id, kind",
-                    (now, job.id, *report.acks),
-                ).fetchall()
-                for command_id, kind in acked:
-                    self._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
-            updates: dict[str, Any] = {"updated_at": now, "last_report_at": now}
-            if identity.rank == 0 and newest:
-                updates.update(
-                    step=progress.step,
-                    epoch=progress.epoch,
-                    samples=progress.samples,
-                    steps_per_second=progress.steps_per_second,
-                    samples_per_second=progress.samples_per_second,
-                    world_size=identity.world_size,
-                )
-                if progress.total_steps is not None:
-                    updates["total_steps"] = progress.total_steps
-                if progress.total_epochs is not None:
-                    updates["total_epochs"] = progress.total_epochs
-                if progress.eta_seconds is not None:
-                    updates["reported_eta"] = progress.eta_seconds
-                if estimate is not None:
-                    updates.update(eta_seconds=estimate[0], eta_rate=estimate[1], eta_at=now)
-            if report.params is not None:
-                updates["params"] = json.dumps(dict(report.params))
-            if report.metrics and newest:  # a late report is history, not the latest values
-                last = dict(job.last_metrics)
-                for window in report.metrics:
-                    last[window.name] = window.last
-                updates["last_metrics"] = json.dumps({k: encode_float(v) for k, v in last.items()})
-            if report.metrics:
-                updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
-            self._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
-            self._update(conn, job.id, updates)
-            pending = self._pending(conn, job.id)
-        fresh = self.job_by_id(job.id)
-        assert fresh is not None
-        return IngestResult(job=fresh, duplicate=False, commands=tuple(pending), new_points=report.metrics)
+                        store_float(w.last),
+                        w.min,
+                        w.max,
+                        w.mean,
+                        w.count,
+                        w.nonfinite,
+                    )
+                    for w in report.metrics
+                ],
+            )
+        if report.acks:
+            marks = ", ".join("?" for _ in report.acks)
+            acked = conn.execute(
+                f"UPDATE commands SET acked_at = ? WHERE job_id = ? AND acked_at IS NULL AND id IN ({marks}) "
+                "RETURNING id, kind",
+                (now, job.id, *report.acks),
+            ).fetchall()
+            for command_id, kind in acked:
+                self._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+        updates: dict[str, Any] = {"updated_at": now, "last_report_at": now}
+        sample = None
+        if identity.rank == 0 and newest:
+            updates.update(
+                step=progress.step,
+                epoch=progress.epoch,
+                samples=progress.samples,
+                steps_per_second=progress.steps_per_second,
+                samples_per_second=progress.samples_per_second,
+                world_size=identity.world_size,
+            )
+            if progress.total_steps is not None:
+                updates["total_steps"] = progress.total_steps
+            if progress.total_epochs is not None:
+                updates["total_epochs"] = progress.total_epochs
+            if progress.eta_seconds is not None:
+                updates["reported_eta"] = progress.eta_seconds
+            if item.estimate is not None:
+                updates.update(eta_seconds=item.estimate[0], eta_rate=item.estimate[1], eta_at=now)
+            if progress.step is not None:
+                sample = ProgressSample(now, progress.step)
+        if report.params is not None:  # params only grow: a run's later ones add to those it started with
+            updates["params"] = {**job.params, **report.params}
+        if report.metrics and newest:  # a late report is history, not the latest values
+            updates["last_metrics"] = {**job.last_metrics, **{w.name: w.last for w in report.metrics}}
+        if report.metrics:
+            updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
+        self._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
+        fresh = self._update(conn, job, updates)
+        return IngestResult(
+            job=fresh,
+            duplicate=False,
+            commands=tuple(self._pending(conn, job.id)),
+            new_points=report.metrics,
+            sample=sample,
+        )
 
     def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
         """Store an upstream status: progress, ETA and every numeric metric as a one-value window."""
@@ -473,8 +517,9 @@ class SQLiteStore(Store):
         total = values.pop("total_steps", None)
         epoch = values.pop("current_epoch", None)
         total_epochs = values.pop("total_epochs", None)
-        step_int = int(step) if step is not None and math.isfinite(step) and step >= 0 else job.step
         with self._write() as conn:
+            job, _ = self._current(conn, job.id)
+            step_int = int(step) if step is not None and math.isfinite(step) and step >= 0 else job.step
             # each POST replaces the whole status upstream: every one is kept, none is a duplicate
             conn.execute(
                 "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
@@ -498,11 +543,12 @@ class SQLiteStore(Store):
                         last_step=step_int or 0,
                     )
                 )
+            self._count_windows(conn, job.id, [w.name for w in windows])
             for w in windows:
                 conn.execute(
                     "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job.id, w.name, w.last_step, now, _store_float(w.last), w.min, w.max, w.mean, 1, w.nonfinite),
+                    (job.id, w.name, w.last_step, now, store_float(w.last), w.min, w.max, w.mean, 1, w.nonfinite),
                 )
             last = dict(job.last_metrics)
             last.update(values)
@@ -512,7 +558,7 @@ class SQLiteStore(Store):
                 "step": step_int,
                 "reported_progress": status.progress_percentage,
                 "reported_eta": status.estimated_remaining_seconds,
-                "last_metrics": json.dumps({k: encode_float(v) for k, v in last.items()}),
+                "last_metrics": last,
                 "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
                 "source": "kubeflow",
             }
@@ -523,10 +569,9 @@ class SQLiteStore(Store):
             if total_epochs is not None and math.isfinite(total_epochs) and total_epochs > 0:
                 updates["total_epochs"] = total_epochs
             self._transition(conn, job, updates, "running", "", now, rank0=True)
-            self._update(conn, job.id, updates)
-        fresh = self.job_by_id(job.id)
-        assert fresh is not None
-        return IngestResult(job=fresh, duplicate=False, new_points=tuple(windows))
+            fresh = self._update(conn, job, updates)
+        sample = None if step_int is None else ProgressSample(now, step_int)
+        return IngestResult(job=fresh, duplicate=False, new_points=tuple(windows), sample=sample)
 
     def _transition(
         self,
@@ -550,28 +595,46 @@ class SQLiteStore(Store):
     def set_state(self, job: Job, state: JobState, now: float, reason: str = "", exit_code: int | None = None) -> Job:
         """Record a final state (the runner knows how the process ended), or running."""
         with self._write() as conn:
-            current = conn.execute("SELECT state FROM jobs WHERE id = ?", (job.id,)).fetchone()
+            try:
+                current, _ = self._current(conn, job.id)
+            except KeyError:
+                raise StoreError(f"job {job.key} is not in the database") from None
             updates: dict[str, Any] = {"updated_at": now, "exit_code": exit_code}
             if state in FINAL_STATES:
-                if (current and current[0] not in FINAL_STATES) or exit_code not in (None, 0):
+                if current.state not in FINAL_STATES or exit_code not in (None, 0):
                     updates.update(state=state, finished_at=now, reason=reason)
                     self._event(conn, job.id, now, state, reason or state, {"exit_code": exit_code})
-            elif current and current[0] == "pending":
+            elif current.state == "pending":
                 updates.update(state=state, started_at=now)
                 self._event(conn, job.id, now, state, reason or "started", {})
-            self._update(conn, job.id, updates)
-        fresh = self.job_by_id(job.id)
-        assert fresh is not None
-        return fresh
+            return self._update(conn, current, updates)
+
+    def set_health(self, job_id: int, health: str, since: float | None, evidence: dict[str, Any], now: float) -> Job:
+        """Record a job's health; a change is an event ``health`` with the evidence."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            if health_change_is_event(current.health, health):
+                message = str(evidence.get("message") or f"health is now {health}")
+                self._event(conn, job_id, now, "health", message, {"health": health, "evidence": evidence})
+            return self._update(conn, current, {"health": health, "health_since": since, "health_evidence": evidence})
 
     def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
         """Keep the latest ETA of a job with the job, so that lists need no history."""
         with self._write() as conn:
-            self._update(conn, job_id, {"eta_seconds": eta_seconds, "eta_rate": rate, "eta_at": now})
+            try:
+                current, _ = self._current(conn, job_id)
+            except KeyError:
+                return
+            self._update(conn, current, {"eta_seconds": eta_seconds, "eta_rate": rate, "eta_at": now})
 
-    def _update(self, conn: sqlite3.Connection, job_id: int, updates: dict[str, Any]) -> None:
+    def _update(self, conn: sqlite3.Connection, job: Job, updates: dict[str, Any]) -> Job:
+        """Write a job's changed columns (Python values), and remember the job as it now stands."""
         columns = ", ".join(f"{k} = ?" for k in updates)
-        conn.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*updates.values(), job_id))
+        values = [column_value(k, v) for k, v in updates.items()]
+        conn.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*values, job.id))
+        fresh = replace(job, **updates)
+        self._remember(fresh)
+        return fresh
 
     # ----------------------------------------------------------------------------------- history
 
@@ -585,7 +648,52 @@ class SQLiteStore(Store):
         if not rows:
             return SeriesColumns([], [], [], [], [], [], [], [])
         steps, times, lasts, mins, maxs, means, counts, nonfinites = (list(c) for c in zip(*rows))
-        return SeriesColumns(steps, times, [_load_float(v) for v in lasts], mins, maxs, means, counts, nonfinites)
+        return SeriesColumns(steps, times, [load_float(v) for v in lasts], mins, maxs, means, counts, nonfinites)
+
+    def _count_windows(self, conn: sqlite3.Connection, job_id: int, metrics: list[str]) -> None:
+        """Count new windows; a series with :data:`FANOUT` unfolded ones is folded into roll-ups."""
+        if len(self._unfolded) > 100_000:
+            self._unfolded.clear()  # forgetting counts only delays folds: reads fold what is left
+        for metric in metrics:
+            key = (job_id, metric)
+            n = self._unfolded.get(key, 0) + 1
+            if n > FANOUT:  # the window being stored is not folded yet: FANOUT before it are
+                rollups.fold(conn, job_id, metric)
+                n = 1
+            self._unfolded[key] = n
+
+    def history_columns(self, job_id: int, metric: str, max_points: int) -> SeriesColumns:
+        """A series for ``max_points``: every window when short, else roll-ups and the windows after them."""
+        for _ in range(2):
+            try:
+                found = rollups.read_series(self._reader(), job_id, metric, max_points)
+            except rollups.NeedsFold:
+                self._fold_all(job_id, metric)  # older data, or ingest fell behind: once, then it is kept up
+                continue
+            except sqlite3.Error as exc:
+                raise StoreError(f"the database cannot be read: {exc}") from None
+            if found is not None:
+                return found
+            break
+        return self.series_columns(job_id, metric)
+
+    def _fold_all(self, job_id: int, metric: str) -> None:
+        """Fold a whole series, in transactions of 32,768 windows (ingest goes on in between)."""
+        chunk = 8 * rollups.FOLD_CHUNK
+        while True:
+            with self._write() as conn:
+                if rollups.fold(conn, job_id, metric, limit=chunk) < chunk:
+                    return
+
+    def _retention_tx(self, job_id: int | None) -> AbstractContextManager[sqlite3.Connection]:
+        return self._write()  # one writer: nothing else to lock
+
+    def rebuild_rollups(self, job_id: int | None = None) -> int:
+        """Rebuild the roll-ups of a job or of all (after a VACUUM, or data written by another tool)."""
+        with self._write() as conn:
+            folded = rollups.rebuild(conn, job_id)
+        self._unfolded.clear()
+        return folded
 
     def series(self, job_id: int, metric: str) -> list[SeriesPoint]:
         """Every window of a metric, in step order."""
@@ -594,11 +702,18 @@ class SQLiteStore(Store):
             "ORDER BY step, t",
             (job_id, metric),
         )
-        return [SeriesPoint(r[0], r[1], _load_float(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows]
+        return [SeriesPoint(r[0], r[1], load_float(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows]
 
     def metric_names(self, job_id: int) -> list[str]:
         """The metrics a job has reported, sorted."""
-        return [r[0] for r in self._read("SELECT DISTINCT metric FROM points WHERE job_id = ? ORDER BY 1", (job_id,))]
+        # a skip-scan of the (job_id, metric) index: one seek per metric, however long the series
+        rows = self._read(
+            "WITH RECURSIVE names (metric) AS (SELECT MIN(metric) FROM points WHERE job_id = ?1 UNION ALL "
+            "SELECT (SELECT MIN(metric) FROM points WHERE job_id = ?1 AND metric > names.metric) FROM names "
+            "WHERE names.metric IS NOT NULL) SELECT metric FROM names WHERE metric IS NOT NULL",
+            (job_id,),
+        )
+        return [r[0] for r in rows]
 
     def progress_samples(self, job_id: int, since: float | None = None) -> list[ProgressSample]:
         """Rank 0's (arrival time, step), oldest first."""
@@ -609,9 +724,23 @@ class SQLiteStore(Store):
         )
         return [ProgressSample(r[0], r[1]) for r in rows]
 
+    def ranks(self, job_id: int) -> list[RankState]:
+        """The newest report of every rank of a job, by rank."""
+        rows = self._read(
+            "SELECT rank, run_id, last_seen_at, step, step_time, host, pid, gpus FROM ranks WHERE job_id = ? "
+            "ORDER BY rank",
+            (job_id,),
+        )
+        return [
+            RankState(
+                rank, run_id, seen, step, step_time, host, pid, tuple(GpuReading.from_dict(g) for g in json.loads(gpus))
+            )
+            for rank, run_id, seen, step, step_time, host, pid, gpus in rows
+        ]
+
     # ---------------------------------------------------------------------------------- commands
 
-    def add_command(self, job: Job, kind: str, reason: str, now: float) -> Command:
+    def add_command(self, job: Job, kind: str, reason: str, now: float, actor: str = "") -> Command:
         """Queue a command; the reporter receives it with its next answer."""
         command = Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason)  # type: ignore[arg-type]
         with self._write() as conn:
@@ -619,9 +748,91 @@ class SQLiteStore(Store):
                 "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (?, ?, ?, ?, ?)",
                 (command.id, job.id, kind, reason, now),
             )
-            message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
-            self._event(conn, job.id, now, "command", message, {"id": command.id, "kind": kind, "reason": reason})
+            self._command_event(conn, job.id, now, command, actor)
+            if actor:
+                self._audit(conn, AuditEntry(now, actor, kind, job.namespace, job.name, reason, {"id": command.id}))
         return command
+
+    # ---------------------------------------------------------------------------------- policies
+
+    def set_policy(self, job_id: int, policy: dict[str, Any], now: float, message: str, actor: str = "") -> Job:
+        """Replace a job's own policy (an event ``policy``)."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            self._event(
+                conn, job_id, now, "policy_set", message, {"policy": policy, **({"by": actor} if actor else {})}
+            )
+            if actor:
+                entry = AuditEntry(
+                    now, actor, "policy_set", current.namespace, current.name, message, {"policy": policy}
+                )
+                self._audit(conn, entry)
+            return self._update(conn, current, {"policy": policy})
+
+    def act(
+        self,
+        job_id: int,
+        trigger: str,
+        fired: dict[str, Any],
+        message: str,
+        commands: tuple[tuple[str, str], ...],
+        now: float,
+    ) -> tuple[Job, list[Command]]:
+        """Record a policy's action on a trigger with its commands, in one transaction."""
+        queued = [Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason) for kind, reason in commands]  # type: ignore[arg-type]
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            self._event(conn, job_id, now, "policy", message, {"trigger": trigger, **fired})
+            for i, command in enumerate(queued):
+                conn.execute(
+                    "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (command.id, job_id, command.kind, command.reason, now + i * 1e-6),  # kept in order
+                )
+                self._command_event(conn, job_id, now, command)
+            job = self._update(conn, current, {"policy_fired": {**current.policy_fired, trigger: fired}})
+        return job, queued
+
+    def rearm(self, job_id: int, triggers: tuple[str, ...], now: float) -> Job:
+        """Forget the policy's actions on these triggers."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            kept = {k: v for k, v in current.policy_fired.items() if k not in triggers}
+            if len(kept) == len(current.policy_fired):
+                return current
+            return self._update(conn, current, {"policy_fired": kept})
+
+    def namespace_policies(self) -> dict[str, dict[str, Any]]:
+        """Every namespace's policy."""
+        rows = self._read("SELECT namespace, policy FROM namespace_policies ORDER BY namespace", ())
+        return {namespace: json.loads(policy) for namespace, policy in rows}
+
+    def set_namespace_policy(self, namespace: str, policy: dict[str, Any] | None, now: float, actor: str = "") -> None:
+        """Replace or remove a namespace's policy."""
+        with self._write() as conn:
+            if actor:
+                self._audit(conn, AuditEntry(now, actor, "namespace_policy_set", namespace, "", "", {"policy": policy}))
+            if policy is None:
+                conn.execute("DELETE FROM namespace_policies WHERE namespace = ?", (namespace,))
+            else:
+                conn.execute(
+                    "INSERT INTO namespace_policies (namespace, policy, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (namespace) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at",
+                    (namespace, json.dumps(policy), now),
+                )
+
+    def _existing(self, conn: sqlite3.Connection, job_id: int) -> Job:
+        try:
+            return self._current(conn, job_id)[0]
+        except KeyError:
+            raise StoreError(f"job {job_id} is not in the database") from None
+
+    def _command_event(
+        self, conn: sqlite3.Connection, job_id: int, now: float, command: Command, actor: str = ""
+    ) -> None:
+        kind, reason = command.kind, command.reason
+        message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
+        data = {"id": command.id, "kind": kind, "reason": reason, **({"by": actor} if actor else {})}
+        self._event(conn, job_id, now, "command", message, data)
 
     def _pending(self, conn: sqlite3.Connection, job_id: int) -> list[Command]:
         rows = conn.execute(
@@ -665,97 +876,91 @@ class SQLiteStore(Store):
         )
         return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
 
+    # ------------------------------------------------------------------------ access (tokens, audit)
 
-_PROGRESS_SQL = (
-    "(CASE WHEN state = 'finished' THEN 100.0 WHEN total_steps > 0 AND step IS NOT NULL "
-    "THEN MIN(100.0, 100.0 * step / total_steps) WHEN total_epochs > 0 AND epoch IS NOT NULL "
-    "THEN MIN(100.0, 100.0 * epoch / total_epochs) ELSE reported_progress END)"
-)
-_SORT_SQL = {
-    "name": "name",
-    "namespace": "namespace",
-    "state": "state",
-    "progress": _PROGRESS_SQL,
-    "step": "step",
-    "created": "created_at",
-    "updated": "updated_at",
-    "eta": "(CASE WHEN state IN ('finished', 'failed', 'stopped') THEN NULL ELSE eta_at + eta_seconds END)",
-}
+    def create_token(self, token: ApiToken, token_hash: str, entry: AuditEntry) -> None:
+        """Store a new API token (its hash) and the audit entry of its creation."""
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT INTO api_tokens (token_hash, {TOKEN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (token_hash, *_token_row(token)),
+            )
+            self._audit(conn, entry)
+
+    def cached_api_token(self, token_hash: str) -> ApiToken | None:
+        """A found API token, from memory."""
+        return self._api_tokens.get(token_hash)
+
+    def api_token(self, token_hash: str) -> ApiToken | None:
+        """The token with this hash; found ones are cached (revocations here clear the cache)."""
+        cached = self._api_tokens.get(token_hash)
+        if cached is not None:
+            return cached
+        generation = self._token_generation
+        rows = self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_hash = ?", (token_hash,))
+        if not rows:
+            return None
+        token = token_from_row(rows[0])
+        if len(self._api_tokens) >= 10_000:
+            self._api_tokens.clear()
+        if generation == self._token_generation:
+            self._api_tokens[token_hash] = token
+        return token
+
+    def api_tokens(self) -> list[ApiToken]:
+        """Every API token, oldest first."""
+        return [
+            token_from_row(r) for r in self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at, id")
+        ]
+
+    def revoke_token(self, token_id: str, now: float, entry: AuditEntry) -> ApiToken | None:
+        """Revoke a token; it is refused from now on."""
+        with self._write() as conn:
+            row = conn.execute(f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = ?", (token_id,)).fetchone()
+            if row is None:
+                return None
+            token = token_from_row(row)
+            if token.revoked_at is None:
+                conn.execute(
+                    "UPDATE api_tokens SET revoked_at = ?, revoked_by = ? WHERE id = ?", (now, entry.actor, token_id)
+                )
+                token = replace(token, revoked_at=now, revoked_by=entry.actor)
+                self._audit(conn, entry)
+                self._token_generation += 1
+                self._api_tokens.clear()
+        self._token_generation += 1
+        self._api_tokens.clear()
+        return token
+
+    def record_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Append an entry to the audit log."""
+        with self._write() as conn:
+            return self._audit(conn, entry)
+
+    def _audit(self, conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
+        cursor = conn.execute(
+            "INSERT INTO audit (t, actor, action, namespace, name, reason, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (entry.t, entry.actor, entry.action, entry.namespace, entry.name, entry.reason, json.dumps(entry.data)),
+        )
+        return replace(entry, id=int(cursor.lastrowid or 0))
+
+    def audit_log(
+        self,
+        *,
+        namespaces: tuple[str, ...] | None = None,
+        name: str | None = None,
+        include_global: bool = True,
+        after: int = 0,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Audit entries after an id, oldest first."""
+        where, args = audit_where(namespaces, name, include_global, after)
+        rows = self._read(f"SELECT {AUDIT_COLUMNS} FROM audit WHERE {where} ORDER BY id LIMIT ?", (*args, limit))
+        return [audit_from_row(r) for r in rows]
 
 
-def _store_float(value: float) -> float | str:
-    """SQLite turns NaN into NULL: store it as the text 'NaN' (infinities are REAL)."""
-    return "NaN" if math.isnan(value) else value
-
-
-def _load_float(value: Any) -> float:
-    return math.nan if value is None or value == "NaN" else float(value)
-
-
-def _job(row: tuple[Any, ...]) -> Job:
-    (
-        job_id,
-        namespace,
-        name,
-        attempt,
-        state,
-        created_at,
-        updated_at,
-        started_at,
-        finished_at,
-        last_report_at,
-        step,
-        total_steps,
-        epoch,
-        total_epochs,
-        samples,
-        steps_per_second,
-        samples_per_second,
-        reported_eta,
-        reported_progress,
-        reason,
-        exit_code,
-        source,
-        gpus,
-        gpu_hour_cost,
-        world_size,
-        params,
-        last_metrics,
-        nonfinite_total,
-        eta_seconds,
-        eta_rate,
-        eta_at,
-    ) = row
-    return Job(
-        id=job_id,
-        namespace=namespace,
-        name=name,
-        attempt=attempt,
-        state=state,
-        created_at=created_at,
-        updated_at=updated_at,
-        started_at=started_at,
-        finished_at=finished_at,
-        last_report_at=last_report_at,
-        step=step,
-        total_steps=total_steps,
-        epoch=epoch,
-        total_epochs=total_epochs,
-        samples=samples,
-        steps_per_second=steps_per_second,
-        samples_per_second=samples_per_second,
-        reported_eta=reported_eta,
-        reported_progress=reported_progress,
-        reason=reason,
-        exit_code=exit_code,
-        source=source,
-        gpus=gpus,
-        gpu_hour_cost=gpu_hour_cost,
-        world_size=world_size,
-        params=json.loads(params),
-        last_metrics={k: decode_float(v, k) for k, v in json.loads(last_metrics).items()},
-        nonfinite_total=nonfinite_total,
-        eta_seconds=eta_seconds,
-        eta_rate=eta_rate,
-        eta_at=eta_at,
-    )
+def _token_row(token: ApiToken) -> tuple[Any, ...]:
+    return (
+        token.id, token.name, token.role, json.dumps(list(token.namespaces)), token.created_at, token.created_by,
+        token.expires_at, token.revoked_at, token.revoked_by,
+    )  # fmt: skip

@@ -1,0 +1,180 @@
+"""``stepwatch describe NAME``: one job in full, as ``kubectl describe`` shows a resource.
+
+State and health with its evidence, progress and ETA, cost (spent, projected, wasted), the last
+value of every metric, the hyperparameters, pending commands, and the job's latest events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, TextIO
+
+from ._format import (
+    add_server_flags,
+    age,
+    clock_time,
+    duration,
+    epoch_text,
+    eta_text,
+    missing_client,
+    percent,
+    printable,
+    rate_text,
+    step_text,
+    unreachable,
+)
+
+__all__ = ["describe", "register", "run"]
+
+EVENTS = 20
+"""The latest events shown."""
+
+
+def register(commands: Any) -> None:
+    """Add the ``describe`` command."""
+    parser = commands.add_parser(
+        "describe",
+        help="show one job in full: health and its evidence, progress, cost, metrics, params, events",
+        description=(
+            "Show one job (its latest attempt, or --attempt N): state, health with the evidence for it, progress "
+            f"and ETA, cost, the last value of every metric, hyperparameters, pending commands and the last {EVENTS} "
+            "events."
+        ),
+    )
+    parser.add_argument("name", metavar="NAME", help="the job")
+    add_server_flags(parser)
+    parser.add_argument("--attempt", type=int, metavar="N", help="an earlier attempt of the job")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the job and its events, and print them."""
+    try:
+        from ..client import ApiError, Client, NotFound, ServerUnreachable, server_url
+    except ImportError as exc:
+        return missing_client("describe", exc)
+    url = server_url(args.server)
+    who = f"{args.namespace}/{args.name}"
+    with Client(url, args.token) as client:
+        try:
+            view = client.job(args.name, args.namespace, attempt=args.attempt).raw
+            events = [dict(event.raw) for event in client.events(args.name, args.namespace, limit=1000)]
+        except NotFound as exc:
+            print(f"stepwatch describe: {exc.message} (`stepwatch jobs -A` lists the jobs)", file=sys.stderr)
+            return 1
+        except ServerUnreachable:
+            print(unreachable(url), file=sys.stderr)
+            return 1
+        except ApiError as exc:
+            print(f"stepwatch describe: {who}: {exc.message}", file=sys.stderr)
+            return 1
+    describe(view, events[-EVENTS:], sys.stdout)
+    return 0
+
+
+def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, now: float | None = None) -> None:
+    """Print a job view and its events, section by section."""
+    now = time.time() if now is None else now
+    progress = view.get("progress") or {}
+    eta = view.get("eta") or {}
+    times = view.get("times") or {}
+    health = view.get("health") or {}
+    cost = view.get("cost") or {}
+    lines: list[tuple[str, str]] = [
+        ("Name", str(view.get("name", ""))),
+        ("Namespace", str(view.get("namespace", ""))),
+        ("Attempt", str(view.get("attempt", "-"))),
+        ("State", str(view.get("state", "")) + (f" ({view['reason']})" if view.get("reason") else "")),
+        ("Created", f"{clock_time(times.get('created'), now)} ({age(times.get('created'), now)} ago)"),
+        ("Last report", _ago(times.get("report_age_seconds"))),
+        ("Source", str(view.get("source", "native"))),
+    ]
+    _section(out, None, lines)
+    evidence = health.get("evidence") or {}
+    health_lines = [("State", str(health.get("state") or "unknown"))]
+    if health.get("since") is not None:
+        health_lines.append(("Since", f"{clock_time(health['since'], now)} ({age(health['since'], now)} ago)"))
+    if evidence.get("message"):
+        health_lines.append(("Why", str(evidence["message"])))
+    for key in ("metric", "window", "threshold", "observed"):
+        if evidence.get(key) is not None:
+            health_lines.append((key.capitalize(), str(evidence[key])))
+    _section(out, "Health", health_lines)
+    _section(
+        out,
+        "Progress",
+        [
+            ("Progress", percent(progress.get("percent"))),
+            ("Step", step_text(progress)),
+            ("Epoch", epoch_text(progress)),
+            ("Steps/s", rate_text(progress.get("steps_per_second"))),
+            ("ETA", eta_text(eta.get("remaining_seconds"))),
+            ("Finishes", clock_time(eta.get("finish_time"), now)),
+            ("Elapsed", duration(times.get("elapsed_seconds"))),
+            ("World size", str(progress.get("world_size") or 1)),
+        ],
+    )
+    if cost.get("rate_per_hour") is not None:
+        currency = str(cost.get("currency") or "USD")
+        _section(
+            out,
+            "Cost",
+            [
+                ("Rate", f"{_money(cost.get('rate_per_hour'))} {currency}/h"),
+                ("Spent", _money(cost.get("spent"))),
+                ("Projected", _money(cost.get("projected"))),
+                ("Wasted", _money(cost.get("wasted"))),
+                ("Saved", _money(cost.get("saved"))),
+            ],
+        )
+    policy = view.get("policy") or {}
+    effective = policy.get("effective") or {}
+    set_by = policy.get("set_by") or {}
+    policy_lines = [
+        (f"On {trigger}", f"{action}" + (f" (set by the {set_by[trigger]})" if trigger in set_by else ""))
+        for trigger, action in (effective.get("on") or {}).items()
+    ]
+    policy_lines += [
+        (key.capitalize(), str(effective[key])) for key in ("budget", "dry_run", "metric") if key in effective
+    ]
+    if "deadline" in effective:
+        policy_lines.append(("Deadline", clock_time(effective["deadline"], now)))
+    for trigger, fired in (policy.get("fired") or {}).items():
+        what = ("would " if fired.get("dry_run") else "") + str(fired.get("action"))
+        policy_lines.append((f"Acted on {trigger}", f"{what} at {clock_time(fired.get('t'), now)}"))
+    if policy_lines:
+        _section(out, "Policy", policy_lines)
+    metrics = view.get("metrics") or {}
+    _section(out, "Metrics", [(k, f"{v:.6g}" if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()])
+    params = view.get("params") or {}
+    _section(out, "Params", [(k, str(v)) for k, v in sorted(params.items())])
+    pending = view.get("pending_commands") or []
+    _section(out, "Pending commands", [(c.get("kind", "?"), c.get("reason") or "-") for c in pending])
+    out.write("Events:\n")
+    if not events:
+        out.write("  <none>\n")
+    for event in events:
+        kind, message = printable(str(event.get("kind", ""))), printable(str(event.get("message", "")))
+        out.write(f"  {clock_time(event.get('t'), now):>12}  {kind:<14} {message}\n")
+
+
+def _section(out: TextIO, title: str | None, lines: list[tuple[str, str]]) -> None:
+    indent = "  " if title else ""
+    if title:
+        out.write(f"{title}:\n")
+        if not lines:
+            out.write("  <none>\n")
+            return
+    width = max((len(k) for k, _ in lines), default=0) + 1
+    for key, value in lines:
+        out.write(f"{indent}{printable(key) + ':':<{width}} {printable(value)}\n")
+
+
+def _ago(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{duration(seconds)} ago"
+
+
+def _money(value: Any) -> str:
+    return "-" if value is None else f"${value:,.2f}"

@@ -1,0 +1,469 @@
+"""A job as the API shows it: identity read at once, its parts (progress, ETA, health, cost...) at first access,
+so that a list of 10,000 jobs costs little more than its JSON; ``raw`` keeps the JSON object (what
+``stepwatch jobs -o json`` prints)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol import Command, format_rfc3339
+from ._models import JobPolicy, _pandas, command_from
+from ._parse import as_dict, as_list, opt_float, opt_int, opt_str, req_int, req_str, sub, to_float
+
+__all__ = [
+    "END_STATES",
+    "LOSS_KEYS",
+    "Cost",
+    "Eta",
+    "Health",
+    "Job",
+    "JobList",
+    "Progress",
+    "Rank",
+    "Resources",
+    "Times",
+    "TrainerStatus",
+]
+
+END_STATES = frozenset({"finished", "failed", "stopped"})
+"""States a job does not leave (a new attempt is a new job view)."""
+LOSS_KEYS = ("loss", "train/loss", "train_loss")
+"""Where the training loss is found: the first of these a job reports (as the CLI reads it)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a job is: percent (from steps, else epochs, else what it reported), step x of y, epoch x of y."""
+
+    percent: float | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    total_epochs: float | None = None
+    samples: int | None = None
+    steps_per_second: float | None = None
+    samples_per_second: float | None = None
+    world_size: int | None = None
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "progress") -> Progress:
+        """Read the ``progress`` object of a job view."""
+        return cls(
+            percent=opt_float(obj, "percent", where),
+            step=opt_int(obj, "step", where),
+            total_steps=opt_int(obj, "total_steps", where),
+            epoch=opt_float(obj, "epoch", where),
+            total_epochs=opt_float(obj, "total_epochs", where),
+            samples=opt_int(obj, "samples", where),
+            steps_per_second=opt_float(obj, "steps_per_second", where),
+            samples_per_second=opt_float(obj, "samples_per_second", where),
+            world_size=opt_int(obj, "world_size", where),
+        )
+
+
+@dataclass(frozen=True)
+class Eta:
+    """When a job should end: seconds left (from the recent rate), the finish time (Unix s), what it reported."""
+
+    remaining_seconds: float | None = None
+    finish_time: float | None = None
+    reported_seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "eta") -> Eta:
+        """Read the ``eta`` object of a job view."""
+        return cls(
+            remaining_seconds=opt_float(obj, "remaining_seconds", where),
+            finish_time=opt_float(obj, "finish_time", where),
+            reported_seconds=opt_float(obj, "reported_seconds", where),
+        )
+
+
+@dataclass(frozen=True)
+class Times:
+    """A job's times (Unix seconds) and durations (seconds), as of when the server answered."""
+
+    created: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    updated: float | None = None
+    last_report: float | None = None
+    elapsed_seconds: float | None = None
+    report_age_seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "times") -> Times:
+        """Read the ``times`` object of a job view."""
+        return cls(**{key: opt_float(obj, key, where) for key in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Health:
+    """``healthy``, ``stalled``, ``not_learning``, ``diverging``, ``straggling`` or ``unknown``, since when, and why."""
+
+    state: str = "unknown"
+    since: float | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing is wrong (``healthy``, or ``unknown`` for want of data)."""
+        return self.state in ("healthy", "unknown")
+
+    @property
+    def message(self) -> str:
+        """The evidence's one-line explanation, when it has one."""
+        text = self.evidence.get("message")
+        return text if isinstance(text, str) else ""
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "health") -> Health:
+        """Read the ``health`` object of a job view."""
+        evidence = obj.get("evidence")
+        return cls(
+            state=opt_str(obj, "state", where) or "unknown",
+            since=opt_float(obj, "since", where),
+            evidence=as_dict(evidence, f"{where}.evidence") if evidence is not None else {},
+        )
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a job costs (``None``: unknown, not free): rate per hour, spent, projected at the ETA, wasted, saved."""
+
+    currency: str = "USD"
+    rate_per_hour: float | None = None
+    spent: float | None = None
+    projected: float | None = None
+    wasted: float | None = None
+    wasted_since: float | None = None
+    saved: float | None = None
+    """Money the job's policy saved by stopping it early."""
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "cost") -> Cost:
+        """Read the ``cost`` object of a job view."""
+        return cls(
+            currency=opt_str(obj, "currency", where) or "USD",
+            **{key: opt_float(obj, key, where) for key in cls.__dataclass_fields__ if key != "currency"},
+        )
+
+
+@dataclass(frozen=True)
+class Resources:
+    """The GPUs a job holds and the price of a GPU hour."""
+
+    gpus: float = 0.0
+    gpu_type: str | None = None
+    gpu_hour_cost: float = 0.0
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "resources") -> Resources:
+        """Read the ``resources`` object of a job view."""
+        return cls(
+            gpus=opt_float(obj, "gpus", where) or 0.0,
+            gpu_type=opt_str(obj, "gpu_type", where),
+            gpu_hour_cost=opt_float(obj, "gpu_hour_cost", where) or 0.0,
+        )
+
+
+@dataclass(frozen=True)
+class TrainerStatus:
+    """A job's state in Kubeflow Trainer's shape (KEP-2779 ``trainerStatus``); :meth:`to_dict` is the wire form."""
+
+    progress_percentage: int | None = None
+    estimated_remaining_seconds: int | None = None
+    metrics: tuple[tuple[str, str], ...] = ()
+    """``(name, value)`` pairs, values as strings (upstream's shape)."""
+    last_updated_time: str | None = None
+    """RFC 3339."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime"}``."""
+        out: dict[str, Any] = {"metrics": [{"name": n, "value": v} for n, v in self.metrics]}
+        if self.progress_percentage is not None:
+            out["progressPercentage"] = self.progress_percentage
+        if self.estimated_remaining_seconds is not None:
+            out["estimatedRemainingSeconds"] = self.estimated_remaining_seconds
+        if self.last_updated_time is not None:
+            out["lastUpdatedTime"] = self.last_updated_time
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "trainerStatus") -> TrainerStatus:
+        """Read a ``trainerStatus`` object."""
+        metrics = []
+        for i, item in enumerate(as_list(obj.get("metrics") or [], f"{where}.metrics")):
+            m = as_dict(item, f"{where}.metrics[{i}]")
+            metrics.append((req_str(m, "name", f"{where}.metrics[{i}]"), req_str(m, "value", f"{where}.metrics[{i}]")))
+        return cls(
+            progress_percentage=opt_int(obj, "progressPercentage", where),
+            estimated_remaining_seconds=opt_int(obj, "estimatedRemainingSeconds", where),
+            metrics=tuple(metrics),
+            last_updated_time=opt_str(obj, "lastUpdatedTime", where),
+        )
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One rank of a distributed job, as its last heartbeat said."""
+
+    rank: int
+    step: int | None = None
+    step_time: float | None = None
+    host: str | None = None
+    pid: int | None = None
+    last_report_age_seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str) -> Rank:
+        """Read one item of a job's ``ranks``."""
+        return cls(
+            rank=req_int(obj, "rank", where),
+            step=opt_int(obj, "step", where),
+            step_time=opt_float(obj, "step_time", where),
+            host=opt_str(obj, "host", where),
+            pid=opt_int(obj, "pid", where),
+            last_report_age_seconds=opt_float(obj, "last_report_age_seconds", where),
+        )
+
+
+class Job:
+    """One job (its latest attempt, unless asked for another), as the server showed it when it answered.
+
+    Identity is read at once; ``progress``, ``eta``, ``health``, ``cost``... at first access. A job read
+    with :meth:`Client.job` also has ``metric_names``, ``pending_commands``, ``policy`` and ``ranks``
+    (``None`` in lists).
+    """
+
+    __slots__ = ("_parts", "attempt", "name", "namespace", "raw", "state")
+
+    def __init__(self, raw: object, where: str = "job") -> None:
+        obj = as_dict(raw, where)
+        self.raw: dict[str, Any] = obj
+        """The JSON object of the API."""
+        self.namespace: str = req_str(obj, "namespace", where)
+        self.name: str = req_str(obj, "name", where)
+        self.state: str = req_str(obj, "state", where)
+        """``pending``, ``running``, ``finished``, ``failed`` or ``stopped``."""
+        self.attempt: int = opt_int(obj, "attempt", where) or 1
+        self._parts: dict[str, Any] = {}
+
+    def _part(self, key: str, reader: Any) -> Any:
+        found = self._parts.get(key)
+        if found is None:
+            found = self._parts[key] = reader(sub(self.raw, key, "job"), key)
+        return found
+
+    # ------------------------------------------------------------------------------- the parts
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ended(self) -> bool:
+        """Whether it has finished, failed or stopped."""
+        return self.state in END_STATES
+
+    @property
+    def progress(self) -> Progress:
+        """Percent, step x of y, epoch x of y, throughput."""
+        found: Progress = self._part("progress", Progress.from_dict)
+        return found
+
+    @property
+    def eta(self) -> Eta:
+        """Seconds left and the finish time."""
+        found: Eta = self._part("eta", Eta.from_dict)
+        return found
+
+    @property
+    def times(self) -> Times:
+        """When it was created, started, last reported, ended."""
+        found: Times = self._part("times", Times.from_dict)
+        return found
+
+    @property
+    def health(self) -> Health:
+        """Its health with the evidence."""
+        found: Health = self._part("health", Health.from_dict)
+        return found
+
+    @property
+    def cost(self) -> Cost:
+        """Spent, projected, wasted, saved."""
+        found: Cost = self._part("cost", Cost.from_dict)
+        return found
+
+    @property
+    def resources(self) -> Resources:
+        """GPUs and the price of a GPU hour."""
+        found: Resources = self._part("resources", Resources.from_dict)
+        return found
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The last value of each metric (NaN and ±Inf as floats)."""
+        found = self._parts.get("metrics")
+        if found is None:
+            raw = sub(self.raw, "metrics", "job")
+            found = self._parts["metrics"] = {k: to_float(v, "job.metrics", k) for k, v in raw.items()}
+        return dict(found)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Hyperparameters (only in a job read on its own)."""
+        return dict(sub(self.raw, "params", "job"))
+
+    @property
+    def reason(self) -> str:
+        """Why it ended (or was stopped), when it said."""
+        return opt_str(self.raw, "reason", "job") or ""
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code of its process (jobs started with ``stepwatch run``)."""
+        return opt_int(self.raw, "exit_code", "job")
+
+    @property
+    def source(self) -> str:
+        """``native``, ``runner`` or ``kubeflow``."""
+        return opt_str(self.raw, "source", "job") or "native"
+
+    @property
+    def loss(self) -> float | None:
+        """The training loss (``loss``, ``train/loss`` or ``train_loss``), when it reports one."""
+        metrics = self.metrics
+        for key in LOSS_KEYS:
+            if key in metrics:
+                return metrics[key]
+        return None
+
+    @property
+    def percent(self) -> float | None:
+        """Shortcut for ``progress.percent``."""
+        return self.progress.percent
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Shortcut for ``eta.remaining_seconds``."""
+        return self.eta.remaining_seconds
+
+    @property
+    def trainer_status(self) -> TrainerStatus:
+        """The same state in Kubeflow Trainer's ``trainerStatus`` shape (the server's, or built alike for lists)."""
+        raw = self.raw.get("trainerStatus")
+        if raw is not None:
+            return TrainerStatus.from_dict(as_dict(raw, "job.trainerStatus"))
+        metrics = [(k, _metric_string(v)) for k, v in sorted(self.metrics.items())]
+        if self.progress.step is not None:
+            metrics.insert(0, ("current_step", str(self.progress.step)))
+        remaining = self.eta.remaining_seconds
+        last = self.times.last_report
+        return TrainerStatus(
+            progress_percentage=int(self.percent) if self.percent is not None else None,
+            estimated_remaining_seconds=round(remaining) if remaining is not None else None,
+            metrics=tuple(metrics[:256]),
+            last_updated_time=format_rfc3339(last) if last is not None else None,
+        )
+
+    # ---------------------------------------------------------------- only in a job read on its own
+
+    @property
+    def metric_names(self) -> list[str] | None:
+        """Every metric it has history for."""
+        names = self.raw.get("metric_names")
+        return [str(n) for n in as_list(names, "job.metric_names")] if names is not None else None
+
+    @property
+    def pending_commands(self) -> list[Command] | None:
+        """Commands it has not acknowledged yet."""
+        items = self.raw.get("pending_commands")
+        if items is None:
+            return None
+        return [command_from(c, f"job.pending_commands[{i}]") for i, c in enumerate(as_list(items, "job"))]
+
+    @property
+    def policy(self) -> JobPolicy | None:
+        """Its policy: own layer, effective policy, what it did."""
+        found = self.raw.get("policy")
+        return JobPolicy.from_dict(as_dict(found, "job.policy"), "job.policy") if found is not None else None
+
+    @property
+    def ranks(self) -> list[Rank] | None:
+        """Each rank's last heartbeat."""
+        items = self.raw.get("ranks")
+        if items is None:
+            return None
+        return [Rank.from_dict(as_dict(r, f"job.ranks[{i}]"), f"job.ranks[{i}]") for i, r in enumerate(items)]
+
+    # ------------------------------------------------------------------------------- display
+
+    def __repr__(self) -> str:
+        percent = self.percent
+        shown = f"{percent:.1f}%" if percent is not None else "-"
+        return f"<Job {self.key} #{self.attempt} {self.state} {self.health.state} {shown}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.raw == self.raw
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _repr_html_(self) -> str:
+        from ._html import job_html
+
+        return job_html(self)
+
+
+class JobList(list[Job]):
+    """Jobs as a list, with ``total`` (how many matched before the limit) and a notebook table."""
+
+    total: int
+
+    def __init__(self, jobs: Sequence[Job] = (), total: int | None = None) -> None:
+        super().__init__(jobs)
+        self.total = len(jobs) if total is None else total
+
+    def _repr_html_(self) -> str:
+        from ._html import jobs_html
+
+        return jobs_html(self)
+
+    def to_pandas(self) -> Any:
+        """One row per job: identity, progress, ETA, health, cost and loss (needs pandas)."""
+        pd = _pandas()
+        return pd.DataFrame([_job_row(j) for j in self])
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    p, c = job.progress, job.cost
+    return {
+        "namespace": job.namespace,
+        "name": job.name,
+        "attempt": job.attempt,
+        "state": job.state,
+        "health": job.health.state,
+        "percent": p.percent,
+        "step": p.step,
+        "total_steps": p.total_steps,
+        "epoch": p.epoch,
+        "eta_seconds": job.eta.remaining_seconds,
+        "loss": job.loss,
+        "gpus": job.resources.gpus,
+        "spent": c.spent,
+        "projected": c.projected,
+        "wasted": c.wasted,
+    }
+
+
+def _metric_string(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Inf" if value > 0 else "-Inf"
+    return repr(value)[:64]

@@ -1,0 +1,746 @@
+"""Health of a training job: healthy, stalled, not learning, diverging, straggling, or unknown.
+
+One :class:`HealthTracker` per job is fed every stored window of the job's primary metric (rank 0)
+and every report of every rank, in arrival order, with the **server's** arrival time (a reporter's
+clock is never trusted). Each ``observe_*`` is a handful of comparisons and additions (and, once
+per block of windows, the plateau test); state is a few fixed-size deques and arrays per job and
+per rank, so memory is bounded however long the job runs.
+:meth:`HealthTracker.verdict` is cheap and is called after each ingest and by a periodic sweep, so
+that a stall shows while no report arrives.
+
+The states, strongest first (when several hold, the first one wins):
+
+- ``diverging``: a non-finite value of the metric (at once, within the report that carries it), or
+  the metric's *level* worse than ``diverge_factor`` times its best level (a sustained blow-up);
+- ``stalled``: no report from rank 0 for ``max(stall_intervals x the usual report interval,
+  stall_floor_s)``; or the step stands still for longer than that, ``standstill_floor_s``,
+  ``standstill_steps`` step times and the longest recent pause (evaluation, checkpoint) with margin;
+  or one rank hangs: its heartbeats stop, or its step stands while the other ranks move on;
+- ``straggling``: a rank steps at less than ``straggler_fraction`` of the median rank's rate;
+- ``not_learning``: the metric no longer improves, measured against its own noise: over the plateau
+  window (7 % of the planned duration, between 2 and 10 minutes) it improved by less than
+  ``min_delta`` and by less than ``noise_z`` standard errors, and over the longer history
+  (``plateau_history`` windows) it did not improve significantly either, or its rate dropped
+  significantly (a plateau after learning); held for ``plateau_confirm`` of a window; outside the
+  warm-up, and never newly raised in the last ``finish_fraction`` of the planned steps;
+- ``healthy``; ``unknown`` when no value of the metric has arrived (never an alarm without data).
+
+The *level* (for blow-ups) is the median of the last ``level_blocks`` block means, a block being the
+count-weighted mean of ``block_windows`` consecutive windows: windowed means, never single points,
+and a median so that spikes (evaluation, bad batches, loss spikes that recover) neither make nor
+break a best. The plateau test behind ``not_learning`` lives in :mod:`.plateau`
+(:class:`~.plateau.PlateauDetector`, one per metric segment): it keeps its own blocks,
+``plateau_blocks`` per plateau window, for ``plateau_history`` windows in compact arrays (a few kB
+per job), and runs once per block.
+A step that goes backwards starts a new segment (a restart from a checkpoint): the metric's history
+and the step time are learnt afresh, and nothing about the jump itself is alarming.
+``docs/health.md`` explains the defaults with the curves they were chosen on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any, Protocol
+
+from .plateau import PlateauDetector
+
+__all__ = [
+    "HEALTH_STATES",
+    "HealthParams",
+    "HealthTracker",
+    "StoredWindow",
+    "Verdict",
+    "replay",
+]
+
+HEALTH_STATES = ("healthy", "stalled", "not_learning", "diverging", "straggling", "unknown")
+"""Every health a job can have (the store keeps the same tuple)."""
+
+_BAD = ("diverging", "stalled", "straggling", "not_learning")
+
+
+@dataclass(frozen=True, slots=True)
+class HealthParams:
+    """The knobs of :class:`HealthTracker`; ``docs/health.md`` shows the curves behind each default."""
+
+    stall_intervals: float = 5.0
+    """Reports missed before rank 0 counts as silent: 5 intervals stay within the target of
+    ``2 x interval + 30 s`` for any interval up to 10 s, and a late report or two is not a stall."""
+    stall_floor_s: float = 20.0
+    """Silence shorter than this is never a stall: retries with backoff after a network blip last
+    a few seconds; 20 s plus a sweep every few seconds still meets the 34 s target of a 2 s job."""
+    default_interval_s: float = 2.0
+    """The report interval assumed until the job's own gaps are known (the reporter's default)."""
+    interval_memory: int = 31
+    """Recent gaps between rank 0's reports whose median is the job's usual report interval."""
+    standstill_floor_s: float = 120.0
+    """The step may stand still this long with reports arriving (evaluation, checkpoint, a slow
+    first batch) before the job is stalled: most evaluations of the healthy curves fit in it, and a
+    longer one is learnt after it is seen once (``pause_factor``)."""
+    standstill_steps: float = 5.0
+    """A slow job's step may stand for this many of its own step times."""
+    pause_factor: float = 1.5
+    """A standstill that ended with progress (a pause) allows the next ones to be this much longer."""
+    pause_memory: int = 4
+    """How many recent pauses set the allowance (a pattern of evaluations, not one old freak)."""
+    pause_cap_s: float = 1800.0
+    """The learnt pause allowance never exceeds this: a hang that once resolved must not hide the next."""
+    startup_s: float = 600.0
+    """Before the first step of a segment moves (loading, compiling, restoring a checkpoint)."""
+    min_delta: float = 0.01
+    """Relative improvement per plateau window that counts as learning whatever the noise (1 %)."""
+    noise_z: float = 2.0
+    """An improvement this many standard errors above zero counts as learning even when it is under
+    ``min_delta``: a slow tail that improves by more than its noise is still learning.
+    ``math.inf`` gives the plain ``min_delta`` rule."""
+    plateau_window_s: float = 600.0
+    """Longest plateau window: a plateau after clear learning is seen in about 1.2 windows, within
+    the 15 min target."""
+    plateau_min_s: float = 120.0
+    """Shortest plateau window, for short jobs: below it the noise of the means makes false alarms."""
+    plateau_fraction: float = 0.07
+    """Plateau window as a share of the planned duration (when the total steps are known): the
+    delay after clear learning is about 1.2 of it, within the target of 10 %."""
+    plateau_min_windows: int = 20
+    """The plateau test needs at least this many windows in its history (jobs that report rarely),
+    and at least 2 blocks in each group."""
+    plateau_group: float = 0.35
+    """The plateau test compares the first and the last this share of the window (two groups of
+    blocks, each summarised by a trimmed mean): near a third gives the smallest error."""
+    plateau_blocks: int = 48
+    """Blocks per plateau window: a block lasts the window over this, and at least one window; a
+    group then has about 17 blocks, enough to trim evaluation and recovering loss spikes."""
+    plateau_history: float = 4.0
+    """The longer history, in plateau windows (at least 2), over which a slow steady improvement is
+    tested: the last window against the window this many windows back. Longer than 3 also helps a
+    plateau after learning: the earlier rate is measured more precisely, so its drop shows sooner."""
+    change_z: float = 3.0
+    """A slow steady tail stops counting as learning when its recent rate falls this many standard
+    errors below its earlier rate (a plateau after learning is seen before the history goes flat)."""
+    plateau_confirm: float = 0.4
+    """A verdict changes only when the opposite condition has held for this share of the plateau
+    window (longer than a group): one unlucky test is no alarm, one lucky test no recovery."""
+    confirm_levels: int = 4
+    """Unused since the plateau test compares windowed means with their standard errors; kept so
+    that settings naming it still work."""
+    block_windows: int = 5
+    """Windows per block of the level (10 s at the default interval)."""
+    level_blocks: int = 8
+    """Blocks whose median is the level (80 s): a spike shorter than 4 blocks leaves it unchanged."""
+    warmup_s: float = 120.0
+    """Learning is not judged in the first seconds of a segment (learning-rate warm-up)..."""
+    warmup_fraction: float = 0.05
+    """...nor in the first share of the planned duration, when the total steps are known."""
+    anneal_fraction: float = 0.25
+    """In the last share of the planned steps a falling rate of improvement is the schedule's
+    annealing (cosine or linear decay to zero), not a plateau: there only a history that did not
+    improve at all counts as not learning."""
+    finish_fraction: float = 0.05
+    """Nor in the last share of the planned steps: schedules anneal to a flat end, and stopping
+    then would save at most this share."""
+    diverge_factor: float = 2.0
+    """A level this many times worse than the best level is a blow-up (loss twice its best;
+    an accuracy half its best); warm-up bumps and recovering spikes of the curves stay under 1.5x."""
+    nonfinite_recover_windows: int = 10
+    """Consecutive finite windows after a non-finite value before ``diverging`` clears (20 s)."""
+    straggler_fraction: float = 0.5
+    """A rank stepping at less than this share of the median rank's rate is a straggler."""
+    rate_window_s: float = 60.0
+    """Seconds over which each rank's step rate is measured."""
+    rank_check_s: float = 5.0
+    """Ranks are scanned (hangs, stragglers) at most this often: a scan is O(ranks)."""
+    max_ranks: int = 65_536
+    """Ranks beyond this many are not tracked (memory bound)."""
+
+
+DEFAULT_HEALTH_PARAMS = HealthParams()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A job's health at one time, with the evidence for it (JSON-ready)."""
+
+    state: str
+    """One of :data:`HEALTH_STATES`."""
+    since: float | None
+    """Server time the state began (for ``not_learning``: the last real improvement)."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """``metric``, ``window``, ``threshold``, ``observed``, ``since`` and ``message`` (one sentence)."""
+
+
+class StoredWindow(Protocol):
+    """A stored window of the primary metric, as the store returns it (``t`` is arrival time)."""
+
+    @property
+    def t(self) -> float: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def last(self) -> float: ...
+    @property
+    def min(self) -> float | None: ...
+    @property
+    def max(self) -> float | None: ...
+    @property
+    def mean(self) -> float | None: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def nonfinite(self) -> int: ...
+
+
+class _Rank:
+    """What is known of one rank's progress."""
+
+    __slots__ = ("change_t", "checkpoints", "last_t", "slow_since", "step")
+
+    def __init__(self, t: float, step: int | None) -> None:
+        self.last_t = t
+        self.step = step
+        self.change_t = t
+        self.checkpoints: deque[tuple[float, int]] = deque(maxlen=9)
+        if step is not None:
+            self.checkpoints.append((t, step))
+        self.slow_since: float | None = None
+
+
+class HealthTracker:
+    """Per job; incremental. Every ``observe_*`` is O(1) amortised; memory is bounded."""
+
+    def __init__(self, params: HealthParams | None = None, metric: str = "loss", direction: str = "min") -> None:
+        if direction not in ("min", "max"):
+            raise ValueError(f"direction must be 'min' or 'max', got {direction!r}")
+        self.params = params or DEFAULT_HEALTH_PARAMS
+        self.metric = metric
+        self.direction = direction
+        self._sign = 1.0 if direction == "min" else -1.0
+        self._t = -math.inf  # newest arrival time seen (server clock, never goes back)
+        self._total: int | None = None
+        # rank 0 progress
+        self._r0_t: float | None = None
+        self._r0_step: int | None = None
+        self._r0_change_t = 0.0
+        self._r0_moved = False  # the step moved in this segment
+        self._seg_t0: float | None = None
+        self._seg_step0 = 0
+        self._gaps: deque[float] = deque(maxlen=self.params.interval_memory)
+        self._spt: deque[float] = deque(maxlen=31)
+        self._pauses: deque[float] = deque(maxlen=self.params.pause_memory)
+        # ranks
+        self._ranks: dict[int, _Rank] = {}
+        self._scan_t = -math.inf
+        self._scan: Verdict | None = None
+        # metric
+        self._reset_metric()
+        self._w_step: int | None = None
+        # verdict memory
+        self._state = "unknown"
+        self._since: float | None = None
+        self._recovered: dict[str, Any] | None = None
+        self._calm_cache: tuple[tuple[Any, ...], Verdict] | None = None
+
+    def _reset_metric(self) -> None:
+        self._m_t0: float | None = None  # first window of the metric segment
+        self._m_t = 0.0  # newest window
+        self._m_step = 0
+        self._finite = False
+        self._b_sum = 0.0
+        self._b_weight = 0
+        self._b_n = 0
+        self._blocks: deque[float] = deque(maxlen=self.params.level_blocks)
+        self._level: float | None = None
+        self._best: float | None = None  # best level (for blow-ups)
+        self._best_step = 0
+        self._plateau = PlateauDetector(
+            self.params, self._sign, self._plateau_window, self._judged_from, self._annealing, self._finishing
+        )
+        self._blow_since: float | None = None
+        self._nan_since: float | None = None
+        self._nan_step = 0
+        self._nan_value = math.nan
+        self._clean = 0  # finite windows since the last non-finite one
+
+    # ------------------------------------------------------------------------------------------
+    # Observations
+
+    def _clock(self, t: float) -> float | None:
+        """Arrival time made monotonic (an earlier arrival counts as the newest time)."""
+        if not math.isfinite(t):
+            return None
+        if t < self._t:
+            return self._t
+        self._t = t
+        return t
+
+    def observe_window(
+        self,
+        t: float,
+        step: int,
+        last: float,
+        min: float | None,
+        max: float | None,
+        mean: float | None,
+        count: int,
+        nonfinite: int,
+        first_step: int | None = None,
+    ) -> None:
+        """One stored window of the primary metric (rank 0); ``t`` is the server's arrival time."""
+        clock = self._clock(t)
+        if clock is None:
+            return
+        t = clock
+        if self._w_step is not None and step < self._w_step:
+            self._reset_metric()  # a restart from an earlier checkpoint: a new segment
+        self._w_step = step
+        if self._m_t0 is None:
+            self._m_t0 = t
+        self._m_t = t
+        self._m_step = step
+        finite = count - nonfinite
+        if nonfinite > 0 or not math.isfinite(last):
+            if self._nan_since is None:
+                self._nan_since, self._nan_step = t, step
+                self._nan_value = last if not math.isfinite(last) else math.nan
+            self._clean = 0
+        elif self._nan_since is not None:
+            self._clean += 1
+            if self._clean >= self.params.nonfinite_recover_windows:
+                self._recovered = {"state": "diverging", "message": f"{self.metric} is finite again"}
+                self._nan_since = None
+        if mean is None or finite <= 0 or not math.isfinite(mean):
+            return
+        self._finite = True
+        if self._plateau.observe(t, mean, finite, step):
+            test = self._plateau.test
+            assert test is not None
+            self._recovered = {
+                "state": "not_learning",
+                "message": f"{self.metric} improves again: {_signed(test.gain)} per {_dur(test.window)} "
+                f"(standard error {_pct(test.se)}), level {_num(test.new)} at step {step:,}",
+            }
+        self._b_sum += mean * finite
+        self._b_weight += finite
+        self._b_n += 1
+        if self._b_n >= self.params.block_windows:
+            self._blocks.append(self._b_sum / self._b_weight)
+            self._b_sum, self._b_weight, self._b_n = 0.0, 0, 0
+            if len(self._blocks) == self.params.level_blocks:
+                self._new_level(t, step)
+
+    def _new_level(self, t: float, step: int) -> None:
+        ordered = sorted(self._blocks)
+        half = len(ordered) // 2
+        level = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+        self._level = level
+        sign = self._sign
+        best = self._best
+        if best is None or sign * level < sign * best:
+            self._best, self._best_step = level, step
+            best = level
+        threshold = self._blow_threshold(best)
+        if threshold is not None and sign * level > sign * threshold:
+            if self._blow_since is None:
+                self._blow_since = t
+        elif self._blow_since is not None:
+            self._recovered = {"state": "diverging", "message": f"{self.metric} came back under the blow-up threshold"}
+            self._blow_since = None
+
+    def _judged_from(self) -> float:
+        """Learning is judged from here on: the warm-up after the first window of the segment."""
+        assert self._m_t0 is not None
+        return self._m_t0 + self._warmup()
+
+    def _annealing(self) -> bool:
+        """In the last ``anneal_fraction`` of the planned steps (the learning rate decays to its end)."""
+        total = self._total
+        return total is not None and self._m_step >= (1 - self.params.anneal_fraction) * total
+
+    def _finishing(self) -> bool:
+        """In the last ``finish_fraction`` of the planned steps (the schedule's flat end)."""
+        total = self._total
+        return total is not None and self._m_step >= (1 - self.params.finish_fraction) * total
+
+    def _blow_threshold(self, best: float) -> float | None:
+        k = self.params.diverge_factor
+        if best == 0 or k <= 1:
+            return None
+        if self._sign > 0:
+            return best * k if best > 0 else best + (k - 1) * abs(best)
+        return best / k if best > 0 else best - (1 - 1 / k) * abs(best)
+
+    def observe_progress(self, t: float, rank: int, step: int | None, total_steps: int | None = None) -> None:
+        """One report of any rank (rank 0's, and the heartbeats of the others), at arrival time ``t``.
+
+        ``total_steps``, when the report carries it, lets the plateau window and the warm-up scale with
+        the job's planned duration.
+        """
+        clock = self._clock(t)
+        if clock is None:
+            return
+        t = clock
+        if total_steps is not None and total_steps > 0:
+            self._total = total_steps
+        r = self._ranks.get(rank)
+        if r is None:
+            if len(self._ranks) < self.params.max_ranks:
+                self._ranks[rank] = _Rank(t, step)
+        else:
+            r.last_t = t
+            if step is not None:
+                if r.step is None or step != r.step:
+                    if r.step is not None and step < r.step:
+                        r.checkpoints.clear()
+                        r.slow_since = None
+                    r.step, r.change_t = step, t
+                cps = r.checkpoints
+                if not cps or t - cps[-1][0] >= self.params.rate_window_s / 8:
+                    cps.append((t, step))
+        if rank == 0:
+            self._progress0(t, step)
+
+    def _progress0(self, t: float, step: int | None) -> None:
+        if self._r0_t is not None and t > self._r0_t:
+            self._gaps.append(t - self._r0_t)
+        self._r0_t = t
+        if step is None:
+            return
+        old = self._r0_step
+        if old is None or step < old:  # the first report, or a restart: a new segment
+            self._r0_step, self._r0_change_t, self._r0_moved = step, t, False
+            self._seg_t0, self._seg_step0 = t, step
+            self._spt.clear()
+            self._pauses.clear()
+            return
+        if step == old:
+            return
+        standing = t - self._r0_change_t
+        if self._r0_moved:
+            self._spt.append(standing / (step - old))
+            if standing > self._silence_limit():
+                self._pauses.append(standing)
+        else:
+            self._seg_t0, self._seg_step0 = self._r0_change_t, old  # start-up time is not stepping time
+        self._r0_step, self._r0_change_t, self._r0_moved = step, t, True
+
+    # ------------------------------------------------------------------------------------------
+    # Thresholds
+
+    def report_interval(self) -> float:
+        """The job's usual report interval: the median of rank 0's recent gaps (a default before)."""
+        return median(self._gaps) if len(self._gaps) >= 3 else self.params.default_interval_s
+
+    def step_time(self) -> float | None:
+        """Typical seconds per step of rank 0 in this segment (pauses are outliers the median drops)."""
+        return median(self._spt) if self._spt else None
+
+    def _silence_limit(self) -> float:
+        p = self.params
+        return max(p.stall_intervals * self.report_interval(), p.stall_floor_s)
+
+    def _standstill_limit(self) -> float:
+        p = self.params
+        spt = self.step_time()
+        limit = max(self._silence_limit(), p.standstill_floor_s, p.standstill_steps * spt if spt else 0.0)
+        if self._pauses:
+            limit = max(limit, min(p.pause_factor * max(self._pauses), p.pause_cap_s))
+        if not self._r0_moved:
+            limit = max(limit, p.startup_s)
+        return limit
+
+    def _planned(self) -> float | None:
+        """Planned duration of the job in seconds, from the total steps and this segment's pace."""
+        if self._total is None or self._seg_t0 is None or self._r0_step is None:
+            return None
+        steps = self._r0_step - self._seg_step0
+        if steps <= 0 or self._r0_t is None or self._r0_t <= self._seg_t0:
+            return None
+        return self._total * (self._r0_t - self._seg_t0) / steps
+
+    def _plateau_window(self) -> float:
+        p = self.params
+        planned = self._planned()
+        if planned is None:
+            return p.plateau_window_s
+        return min(max(p.plateau_fraction * planned, p.plateau_min_s), p.plateau_window_s)
+
+    def _warmup(self) -> float:
+        planned = self._planned()
+        return max(self.params.warmup_s, self.params.warmup_fraction * planned if planned else 0.0)
+
+    # ------------------------------------------------------------------------------------------
+    # Verdict
+
+    def verdict(self, now: float, *, live: bool = True) -> Verdict:
+        """The job's health at server time ``now``; ``live=False`` once the job has ended.
+
+        An ended job is judged at its last observation, without stalls or stragglers: its health is
+        what it was when it ended (diverged, not learning), never an alarm about its silence.
+        """
+        if not math.isfinite(now) or now < self._t:
+            now = self._t
+        found = self._diverging()
+        if found is None and live:
+            found = self._stalled(now) or self._rank_scan(now)
+        if found is None:
+            found = self._not_learning()
+        if found is None:
+            return self._settle(self._calm(), now)
+        return self._settle(found, now)
+
+    def _settle(self, verdict: Verdict, now: float) -> Verdict:
+        state = verdict.state
+        if state in _BAD:
+            self._state, self._since = state, verdict.since
+            self._recovered = None
+            return verdict
+        if state != self._state or self._since is None:
+            came_from = self._state
+            self._state, self._since = state, (now if math.isfinite(now) else None)
+            if came_from in _BAD and state == "healthy":
+                note = self._recovered if self._recovered and self._recovered["state"] == came_from else None
+                message = note["message"] if note else f"{came_from.replace('_', ' ')} no longer holds"
+                self._recovered = {"state": came_from, "message": f"recovered from {came_from}: {message}"}
+            elif state == "healthy":
+                self._recovered = None
+        evidence = dict(verdict.evidence)
+        evidence["since"] = self._since
+        if state == "healthy" and self._recovered and self._recovered["message"].startswith("recovered"):
+            evidence["recovered_from"] = self._recovered["state"]
+            evidence["message"] = self._recovered["message"]
+        return Verdict(state, self._since, evidence)
+
+    def _evidence(
+        self, metric: str, window: Any, threshold: Any, observed: Any, since: float | None, message: str, **more: Any
+    ) -> dict[str, Any]:
+        return {
+            "metric": metric,
+            "window": window,
+            "threshold": threshold,
+            "observed": observed,
+            "since": since,
+            "message": message,
+            **more,
+        }
+
+    def _diverging(self) -> Verdict | None:
+        m = self.metric
+        if self._nan_since is not None:
+            value = "NaN" if math.isnan(self._nan_value) else ("Inf" if self._nan_value > 0 else "-Inf")
+            message = f"{m} became non-finite ({value}) at step {self._nan_step:,}"
+            ev = self._evidence(m, {"windows": 1}, "finite", value, self._nan_since, message)
+            return Verdict("diverging", self._nan_since, ev)
+        if self._blow_since is not None and self._best is not None and self._level is not None:
+            threshold = self._blow_threshold(self._best)
+            word = "above" if self._sign > 0 else "below"
+            message = (
+                f"{m} level {_num(self._level)} is {word} {self.params.diverge_factor:g}x its best "
+                f"({_num(self._best)} at step {self._best_step:,})"
+            )
+            ev = self._evidence(
+                m, self._level_window(), threshold, self._level, self._blow_since, message, best=self._best
+            )
+            return Verdict("diverging", self._blow_since, ev)
+        return None
+
+    def _level_window(self) -> dict[str, float]:
+        p = self.params
+        return {"seconds": round(p.block_windows * p.level_blocks * self.report_interval(), 1)}
+
+    def _stalled(self, now: float) -> Verdict | None:
+        if self._r0_t is None:
+            return None
+        silent = now - self._r0_t
+        if silent > self.params.stall_floor_s:
+            limit = self._silence_limit()
+            if silent > limit:
+                message = f"no report from rank 0 for {_dur(silent)} (usually every {_dur(self.report_interval())})"
+                ev = self._evidence("reports", {"seconds": limit}, limit, silent, self._r0_t, message, rank=0)
+                return Verdict("stalled", self._r0_t, ev)
+        if self._r0_step is None:
+            return None
+        standing = now - self._r0_change_t
+        if standing <= self.params.standstill_floor_s:
+            return None
+        limit = self._standstill_limit()
+        if standing <= limit:
+            return None
+        how = "has not moved" if self._r0_moved else "has not moved since the start"
+        message = f"step {how} from {self._r0_step:,} for {_dur(standing)} while reports arrive"
+        ev = self._evidence("step", {"seconds": limit}, limit, standing, self._r0_change_t, message, rank=0)
+        return Verdict("stalled", self._r0_change_t, ev)
+
+    def _rank_scan(self, now: float) -> Verdict | None:
+        """Hanging ranks and stragglers, from a scan of every rank at most every ``rank_check_s``."""
+        if len(self._ranks) < 2:
+            return None
+        p = self.params
+        if now - self._scan_t < p.rank_check_s:
+            return self._scan
+        self._scan_t = now
+        silence = self._silence_limit()
+        spt = self.step_time()
+        hang_limit = max(silence, p.standstill_steps * spt if spt else 0.0, 2 * p.rate_window_s / 8)
+        moving = sum(1 for r in self._ranks.values() if now - r.change_t <= hang_limit)
+        rates: list[tuple[float, int, _Rank]] = []
+        for rank, r in self._ranks.items():
+            if now - r.last_t > silence:
+                message = f"rank {rank} has sent no heartbeat for {_dur(now - r.last_t)}"
+                ev = self._evidence("heartbeats", {"seconds": silence}, silence, now - r.last_t, r.last_t, message)
+                self._scan = Verdict("stalled", r.last_t, {**ev, "rank": rank})
+                return self._scan
+            if r.step is not None and now - r.change_t > hang_limit and 2 * moving >= len(self._ranks):
+                message = f"rank {rank} has been at step {r.step:,} for {_dur(now - r.change_t)} while the others move"
+                ev = self._evidence("step", {"seconds": hang_limit}, hang_limit, now - r.change_t, r.change_t, message)
+                self._scan = Verdict("stalled", r.change_t, {**ev, "rank": rank})
+                return self._scan
+            if len(r.checkpoints) >= 2 and r.step is not None:
+                t0, s0 = r.checkpoints[0]
+                if r.last_t - t0 >= p.rate_window_s / 2:
+                    rates.append(((r.step - s0) / (r.last_t - t0), rank, r))
+        self._scan = None
+        if len(rates) < 2:
+            return None
+        typical = median(rate for rate, _, _ in rates)
+        if typical <= 0:
+            return None
+        worst: tuple[float, int, _Rank] | None = None
+        for rate, rank, r in rates:
+            if rate < p.straggler_fraction * typical:
+                if r.slow_since is None:
+                    r.slow_since = now
+                if worst is None or rate < worst[0]:
+                    worst = (rate, rank, r)
+            else:
+                r.slow_since = None
+        if worst is None:
+            return None
+        rate, rank, r = worst
+        ratio = rate / typical
+        message = f"rank {rank} steps at {ratio:.0%} of the median rank's rate ({rate:.3g} vs {typical:.3g} steps/s)"
+        ev = self._evidence(
+            "step_rate", {"seconds": p.rate_window_s}, p.straggler_fraction, ratio, r.slow_since, message, rank=rank
+        )
+        self._scan = Verdict("straggling", r.slow_since, ev)
+        return self._scan
+
+    def _not_learning(self) -> Verdict | None:
+        plateau = self._plateau
+        test = plateau.test
+        if not plateau.flat or test is None:
+            return None
+        m = self.metric
+        since, since_step = plateau.flat_from
+        steps = self._m_step - since_step
+        message = (
+            f"{m} has not improved by {_pct(self.params.min_delta)} over the last {steps:,} steps "
+            f"({_dur(self._m_t - since)}): {_signed(test.gain)} per {_dur(test.window)} "
+            f"(standard error {_pct(test.se)}), level {_num(test.new)}"
+        )
+        if self._best is not None:
+            message += f" (best {_num(self._best)} at step {self._best_step:,})"
+        ev = self._evidence(
+            m,
+            {"seconds": round(test.window, 1), "steps": test.steps},
+            self.params.min_delta,
+            round(test.gain, 6),
+            since,
+            message,
+            noise=round(test.se, 6),
+            noise_z=self.params.noise_z,
+            best=self._best,
+            best_step=self._best_step,
+            level=test.new,
+        )
+        return Verdict("not_learning", since, ev)
+
+    def _calm(self) -> Verdict:
+        key = (self._finite, self._level, self._plateau.test, self._finishing())
+        if self._calm_cache is not None and self._calm_cache[0] == key:
+            return self._calm_cache[1]  # unchanged since the last verdict (a verdict follows each ingest)
+        verdict = self._calm_verdict()
+        self._calm_cache = (key, verdict)
+        return verdict
+
+    def _calm_verdict(self) -> Verdict:
+        m = self.metric
+        if not self._finite:
+            message = f"no value of {m} has arrived yet, so learning cannot be judged"
+            return Verdict("unknown", None, self._evidence(m, None, None, None, None, message))
+        if self._level is None:
+            message = f"{m} is finite; too few windows yet to judge learning"
+            return Verdict("healthy", None, self._evidence(m, None, None, None, None, message))
+        test = self._plateau.test
+        if test is None:
+            message = f"{m} level {_num(self._level)}; learning is judged after the warm-up and one plateau window"
+            return Verdict("healthy", None, self._evidence(m, None, None, self._level, None, message))
+        message = (
+            f"{m} level {_num(test.new)}, {_signed(test.gain)} per {_dur(test.window)} (standard error {_pct(test.se)})"
+        )
+        if self._finishing():
+            message += "; the last planned steps are not judged"
+        ev = self._evidence(
+            m,
+            {"seconds": round(test.window, 1), "steps": test.steps},
+            self.params.min_delta,
+            test.new,  # the level, as before; the improvement per window and its error beside it
+            None,
+            message,
+            gain=round(test.gain, 6),
+            noise=round(test.se, 6),
+        )
+        return Verdict("healthy", None, ev)
+
+    # ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def replay(
+        cls,
+        windows: Iterable[StoredWindow],
+        params: HealthParams | None = None,
+        metric: str = "loss",
+        direction: str = "min",
+        total_steps: int | None = None,
+    ) -> HealthTracker:
+        """Rebuild a tracker from a job's stored windows (after a server restart), in stored order.
+
+        Each window also counts as a report of rank 0 at its step; the heartbeats of other ranks are
+        not stored, so ranks are learnt afresh from the next reports.
+        """
+        tracker = cls(params, metric, direction)
+        for w in windows:
+            tracker.observe_progress(w.t, 0, w.step, total_steps)
+            tracker.observe_window(w.t, w.step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite)
+        return tracker
+
+
+def replay(params: HealthParams | None, metric: str, direction: str, windows: Iterable[StoredWindow]) -> HealthTracker:
+    """Rebuild a tracker from stored windows; see :meth:`HealthTracker.replay`."""
+    return HealthTracker.replay(windows, params, metric, direction)
+
+
+def _signed(x: float) -> str:
+    """A relative change for a sentence: '-0.3%', '+1.2%' (an improvement is positive)."""
+    return f"{x * 100:+.2g}%"
+
+
+def _num(x: float) -> str:
+    """A metric value for a sentence: 4 significant digits."""
+    return f"{x:.4g}"
+
+
+def _dur(seconds: float) -> str:
+    """A duration for a sentence: '45 s', '12 min', '2.5 h'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _pct(x: float) -> str:
+    """A share for a sentence: '1%', '0.5%'."""
+    return f"{x * 100:.3g}%"

@@ -1,0 +1,271 @@
+"""The plateau test behind ``not_learning``: is the primary metric still improving, beyond its noise?
+
+:class:`PlateauDetector` is owned by a :class:`~.health.HealthTracker` (one per metric segment) and
+fed the finite windows of the metric. It merges them into blocks (``plateau_blocks`` per plateau
+window, kept for ``plateau_history`` windows in compact arrays: a few kB per job) and, once per
+block, runs the test (:meth:`PlateauDetector._measure`): trimmed means of groups of blocks compared
+with their standard errors, over the plateau window and over the longer history. The verdict
+(:attr:`PlateauDetector.flat`) follows the tests with a confirmation both ways, so that one noisy
+test neither raises nor clears it. ``docs/health.md`` explains the test and its defaults with the
+curves they were chosen on.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import sub
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .health import HealthParams
+
+__all__ = ["PlateauDetector", "PlateauTest"]
+
+
+class PlateauTest(NamedTuple):
+    """One plateau test: the relative improvement per window, its standard error, the verdict."""
+
+    t: float
+    window: float
+    gain: float  # relative improvement per window, from the window's oldest to its newest group
+    se: float
+    old: float
+    new: float
+    steps: int  # steps in the window
+    long_gain: float | None  # the same over the longer history (None before it is covered)
+    long_se: float | None
+    learning: bool  # improved by min_delta or significantly: a job that learns stays healthy
+    significant: bool  # improved significantly: a job that was not learning recovers
+    since: float  # the centre of the window's oldest group: where a flat stretch begins
+    since_step: int  # the step there
+
+
+class PlateauDetector:
+    """The plateau test of one metric segment, fed window by window; O(1) amortised per window.
+
+    What the test needs from the job is asked of its tracker, lazily (once per block): the plateau
+    window in seconds, the time from which learning is judged (after the warm-up), and whether the
+    job is in the annealing share or the last share of its planned steps.
+    """
+
+    def __init__(
+        self,
+        params: HealthParams,
+        sign: float,
+        window: Callable[[], float],
+        judged_from: Callable[[], float],
+        annealing: Callable[[], bool],
+        finishing: Callable[[], bool],
+    ) -> None:
+        self.params = params
+        self._sign = sign
+        self._window = window
+        self._judged_from = judged_from
+        self._annealing = annealing
+        self._finishing = finishing
+        # the blocks (about window / plateau_blocks seconds each), oldest first, in compact arrays:
+        # end time, mean, last step, windows; the oldest go once there are over 2 x ``keep`` blocks
+        self.keep = int(max(params.plateau_history, 2.0) * params.plateau_blocks) + 16
+        self._t = array("d")
+        self._m = array("d")
+        self._s = array("q")
+        self._w = array("q")
+        self._t0: float | None = None  # start of the current block
+        self._span = 0.0  # its length (the plateau window over plateau_blocks when it began)
+        self._sum = 0.0
+        self._weight = 0
+        self._n = 0
+        self._step = 0  # the newest window's step
+        self.test: PlateauTest | None = None
+        """The newest test (``None`` until a whole plateau window after the warm-up is in the blocks)."""
+        self.flat = False
+        """Not learning: the no-learning condition held for the confirmation."""
+        self.flat_from: tuple[float, int] = (0.0, 0)
+        """Where the flat stretch begins (time, step): the older group of the test that began it."""
+        self._hold_t: float | None = None  # the no-learning condition holds since this test
+        self._learn_t: float | None = None  # while flat: the learning condition holds since
+        self._worse_t: float | None = None  # tests significantly worse than the window's start since
+        self._worse_from: tuple[float, int] = (0.0, 0)
+
+    def __len__(self) -> int:
+        """Blocks held (memory is bounded: at most 2 x :attr:`keep`)."""
+        return len(self._t)
+
+    def observe(self, t: float, mean: float, weight: int, step: int) -> bool:
+        """One finite window (its mean over ``weight`` values) at server time ``t``.
+
+        Returns ``True`` when this window ended a plateau (the job learns again, confirmed).
+        """
+        self._step = step
+        if self._t0 is None:
+            self._t0, self._span = t, self._window() / self.params.plateau_blocks
+        self._sum += mean * weight
+        self._weight += weight
+        self._n += 1
+        if t - self._t0 < self._span:
+            return False
+        self._t.append(t)
+        self._m.append(self._sum / self._weight)
+        self._s.append(step)
+        self._w.append(self._n)
+        if len(self._t) > 2 * self.keep:
+            for arr in (self._t, self._m, self._s, self._w):
+                del arr[: len(arr) - self.keep]
+        self._t0, self._sum, self._weight, self._n = t, 0.0, 0, 0
+        self._span = self._window() / self.params.plateau_blocks
+        return self._judge(t)
+
+    def _judge(self, t: float) -> bool:
+        """The test, once per block; the verdict follows the tests with a confirmation."""
+        test = self._measure(t)
+        if test is None:
+            return False
+        self.test = test
+        p = self.params
+        window = test.window
+        confirm = p.plateau_confirm * window
+        # a plateau ends only on evidence: an improvement beyond the noise (1 % in noise of 2 % is
+        # no evidence), held for the confirmation too (no flapping on one lucky test)
+        if test.learning if not self.flat else test.significant:
+            self._worse_t = None
+            if not self.flat:
+                self._hold_t = None
+                return False
+            if self._learn_t is None:
+                self._learn_t = t
+            if t - self._learn_t >= confirm:
+                self.flat, self._learn_t, self._hold_t = False, None, None
+                return True
+            return False
+        self._learn_t = None
+        if self.flat:
+            return False
+        # significantly worse than at the window's start: a spike that will recover, or a rise that
+        # lasts; a spike neither confirms a plateau nor counts towards one, a rise that outlasts a
+        # window is not learning
+        if -test.gain >= max(2 * p.min_delta, p.change_z * test.se):
+            self._hold_t = None
+            if self._worse_t is None:
+                self._worse_t = t
+                self._worse_from = (test.since, test.since_step)
+            if t - self._worse_t >= window and not self._finishing():
+                self.flat, self.flat_from = True, self._worse_from
+            return False
+        self._worse_t = None
+        if self._hold_t is None:
+            self._hold_t = t
+            self.flat_from = (test.since, test.since_step)
+        if t - self._hold_t >= confirm and not self._finishing():
+            self.flat = True
+        return False
+
+    def _measure(self, t: float) -> PlateauTest | None:
+        """Is the metric still improving? ``None`` until a whole plateau window is in the blocks.
+
+        Three groups of blocks, each summarised by a trimmed mean (the worst 7/16 and the best 1/16 of
+        its blocks dropped, so spikes towards the worse side go): the newest ``plateau_group`` of the
+        plateau window, the oldest, and the window ``plateau_history`` windows back. The noise of a
+        block is measured from the spread of successive blocks' differences, so each mean has a
+        standard error. The job learns when (a) over the window it improved by ``min_delta`` or by
+        ``noise_z`` standard errors, or (b) over the longer history it improved by ``noise_z``
+        standard errors and the recent rate is not significantly below the earlier one: a slow steady
+        tail, too slow to show within one window, still learns; a rate that drops to nothing does not.
+        """
+        p = self.params
+        window = self._window()
+        judged_from = self._judged_from()
+        times, means = self._t, self._m
+        if t - window < judged_from or not times or times[0] > t - window + window / p.plateau_blocks:
+            return None
+        group = p.plateau_group * window
+        history = max(p.plateau_history, 2.0) * window
+        # a block is in a span when its end time is; bisect on the (increasing) end times
+        i_last = bisect_right(times, t - window)
+        i_old = bisect_right(times, t - window + group)
+        i_new = bisect_right(times, t - group)
+        n_old, n_new, n_last = i_old - i_last, len(times) - i_new, len(times) - i_last
+        i_span = bisect_right(times, t - history)
+        windows = sum(self._w[i_span:])  # over the history: short windows of short jobs count too
+        if n_old < 2 or n_new < 2 or windows < p.plateau_min_windows:
+            return None
+        sign = self._sign
+        m_old, m_new = _trimmed(means[i_last:i_old], sign), _trimmed(means[i_new:], sign)
+        c_old, c_new = sum(times[i_last:i_old]) / n_old, sum(times[i_new:]) / n_new
+        lag = c_new - c_old
+        if lag <= 0 or m_old == 0:
+            return None
+        last = means[i_last:]
+        sigma = _block_noise(means[i_span:])  # from the whole history: a steadier estimate
+        unit = sign * window / abs(m_old)  # a difference of means -> relative improvement per window
+        gain = (m_old - m_new) * unit / lag
+        se_old, se_new = sigma / math.sqrt(n_old), sigma / math.sqrt(n_new)
+        se = math.hypot(se_old, se_new) * abs(unit) / lag
+        z = p.noise_z
+        significant = gain >= z * se
+        learning = significant or gain >= p.min_delta
+        long_gain = long_se = None
+        i_far = bisect_right(times, t - history + window)  # the history's first window: i_span..i_far
+        n_far = i_far - i_span
+        if i_span > 0 and t - history >= judged_from and n_far >= 2:
+            m_far, c_far = _trimmed(means[i_span:i_far], sign), sum(times[i_span:i_far]) / n_far
+            m_last, c_last = _trimmed(last, sign), sum(times[i_last:]) / n_last
+            # the last window against the window at the start of the history
+            long_gain = (m_far - m_last) * unit / (c_last - c_far)
+            # 1.15: a trimmed mean of a whole window also trims along the trend (measured on the healthy curves)
+            long_se = 1.15 * sigma * math.sqrt(1 / n_far + 1 / n_last) * abs(unit) / (c_last - c_far)
+            # the rate from there to the window's start against the rate over the window
+            early_lag = c_old - c_far
+            early = (m_far - m_old) * unit / early_lag
+            se_far = sigma / math.sqrt(n_far)
+            change_se = abs(unit) * math.sqrt(
+                (se_far / early_lag) ** 2 + (se_old * (1 / early_lag + 1 / lag)) ** 2 + (se_new / lag) ** 2
+            )
+            # a slow steady tail: improving over the history, at a rate that did not drop; near the
+            # planned end a falling rate is the schedule annealing, and only a flat history counts
+            dropped = early - gain >= p.change_z * change_se and not self._annealing()
+            steady = long_gain >= z * long_se and not dropped
+            if self.flat and t - history < self.flat_from[0]:
+                # a plateau ends on an improvement made on it: a history that reaches back to the
+                # learning before the plateau shows that learning, not a recovery
+                steady = False
+            learning, significant = learning or steady, significant or steady
+        first_step = self._s[i_last - 1] if i_last > 0 else self._s[0]
+        since_step = self._s[min(bisect_right(times, c_old), len(times) - 1)]
+        return PlateauTest(
+            t,
+            window,
+            gain,
+            se,
+            m_old,
+            m_new,
+            self._step - first_step,
+            long_gain,
+            long_se,
+            learning,
+            significant,
+            c_old,
+            since_step,
+        )
+
+
+def _block_noise(means: Sequence[float]) -> float:
+    """One block's noise, robustly: 1.48 x the median absolute deviation of the differences of
+    successive blocks (spikes and steps of the trend are outliers), over sqrt(2); times 1.1, the
+    trimmed mean's loss of precision against a plain mean, so that sigma / sqrt(n) is its error."""
+    diffs = sorted(map(sub, means[1:], means[:-1]))
+    mid = diffs[len(diffs) // 2]
+    spread = sorted(map(abs, map(sub, diffs, repeat(mid))))  # |d - mid|, without a Python loop
+    return 1.1 * 1.4826 * float(spread[len(spread) // 2]) / math.sqrt(2)
+
+
+def _trimmed(values: Sequence[float], sign: float) -> float:
+    """Mean of the blocks left when the worst 7/16 and the best 1/16 are dropped: spikes go worse,
+    so up to 7/16 of a group may be spiked; for normal noise its error is 1.1 times the mean's."""
+    ordered = sorted(values) if sign > 0 else sorted(values, reverse=True)  # best first
+    n = len(ordered)
+    kept = ordered[n // 16 : n - 7 * n // 16]
+    return sum(kept) / len(kept)

@@ -1,0 +1,347 @@
+"""Health of live jobs: one :class:`~.analysis.health.HealthTracker` per job, fed at ingest, swept for stalls.
+
+The analysis is pure (``analysis/health.py``); this module keeps a tracker per live job, feeds it
+each report as it is stored (the primary metric's windows from rank 0, every rank's step), asks
+it for a verdict, and records a change of health in the store (an event with the evidence) and on
+the live stream. A stalled job sends nothing, so :meth:`HealthMonitor.sweep` asks every tracked
+live job again every few seconds. After a restart, a job's tracker is rebuilt from its stored
+history the first time the job is seen.
+
+Memory is bounded: at most ``max_jobs`` trackers, the least recently reported going first, and a
+job's tracker is dropped when the job ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..protocol import GpuReading
+from .analysis.health import HealthParams, HealthTracker, Verdict
+from .live import Broadcaster
+from .store import IngestResult, Job, JobFilter, SeriesColumns, Store
+from .store.base import FINAL_STATES, health_change_is_event
+from .views import job_view
+
+__all__ = [
+    "PRIMARY_METRICS",
+    "REPLAY_POINTS",
+    "SWEEP_EVERY_S",
+    "UNTRACKED_SILENCE_S",
+    "HealthMonitor",
+    "HealthUpdate",
+    "assess",
+    "primary_metric",
+    "publish_event",
+    "record",
+    "sweep_forever",
+    "track",
+]
+
+_log = logging.getLogger("stepwatch.server")
+
+GPU_IDLE_PERCENT = 5.0
+"""A rank whose GPUs all run kernels less than this share of the time is idle."""
+
+UNTRACKED_SILENCE_S = 120.0
+"""A running job that has no tracker is stalled after this much silence (see :meth:`HealthMonitor.silence`)."""
+
+SWEEP_EVERY_S = 5.0
+"""How often live jobs are judged again without a report (a stall is seen within this much)."""
+
+REPLAY_POINTS = 2000
+"""Stored windows (merged when more) replayed into a tracker after a restart."""
+
+Offload = Callable[..., Awaitable[Any]]
+
+PRIMARY_METRICS = ("loss", "train_loss", "train/loss")
+"""The metric health follows, the first of these a job logs (``loss`` unless the job names another)."""
+
+
+def primary_metric(names: Iterable[str]) -> str | None:
+    """The metric to follow among the names a job logs, or ``None`` (health is then unknown)."""
+    found = set(names)
+    return next((m for m in PRIMARY_METRICS if m in found), None)
+
+
+@dataclass(frozen=True)
+class HealthUpdate:
+    """A verdict that differs from what the store holds for the job: to be recorded."""
+
+    job: Job
+    verdict: Verdict
+
+
+class HealthMonitor:
+    """Trackers of live jobs (see the module docstring)."""
+
+    def __init__(
+        self,
+        params: HealthParams | None = None,
+        max_jobs: int = 5000,
+        metric_of: Callable[[Job], tuple[str | None, str]] | None = None,
+    ) -> None:
+        self.params = params or HealthParams()
+        self.max_jobs = max_jobs
+        self.metric_of = metric_of or (lambda job: (None, "min"))
+        """The metric a job's policy names for health, and its direction (``min``: lower is better)."""
+        self._trackers: OrderedDict[int, tuple[str | None, HealthTracker]] = OrderedDict()
+        self._failed: set[int] = set()
+        self._gpus: dict[int, dict[int, float]] = {}
+        """Per tracked job, per rank: the mean GPU utilisation of its newest report (percent)."""
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._trackers
+
+    def __len__(self) -> int:
+        return len(self._trackers)
+
+    def start(self, job: Job, history: SeriesColumns | None, metric: str | None, direction: str = "min") -> None:
+        """Track a job, replaying its stored windows of ``metric`` (``None``: it logs no primary metric yet)."""
+        tracker = HealthTracker(self.params, metric=metric or "loss", direction=direction)
+        if history is not None:
+            first_steps = history.first_steps or history.steps
+            for i in range(len(history.steps)):
+                tracker.observe_window(
+                    history.times[i],
+                    history.steps[i],
+                    history.lasts[i],
+                    history.mins[i],
+                    history.maxs[i],
+                    history.means[i],
+                    history.counts[i],
+                    history.nonfinites[i],
+                    first_steps[i],
+                )
+        if job.last_report_at is not None:
+            tracker.observe_progress(job.last_report_at, 0, job.step, job.total_steps)
+        self._trackers[job.id] = (metric, tracker)
+        while len(self._trackers) > self.max_jobs:
+            gone, _ = self._trackers.popitem(last=False)
+            self._gpus.pop(gone, None)
+
+    def observe(
+        self,
+        result: IngestResult,
+        rank: int,
+        step: int | None,
+        now: float,
+        total_steps: int | None = None,
+        gpus: Sequence[GpuReading] = (),
+    ) -> HealthUpdate | None:
+        """Feed one stored report; the update to record when the job's health changed."""
+        job = result.job
+        entry = self._trackers.get(job.id)
+        if entry is None:
+            return None
+        readings = [g.utilization for g in gpus if g.utilization is not None]
+        if readings:
+            self._gpus.setdefault(job.id, {})[rank] = sum(readings) / len(readings)
+        self._trackers.move_to_end(job.id)
+        metric, tracker = entry
+        if metric is None and rank == 0:
+            metric = primary_metric(w.name for w in result.new_points)
+            if metric is not None:
+                tracker = HealthTracker(self.params, metric=metric, direction=self.metric_of(job)[1])
+                self._trackers[job.id] = (metric, tracker)
+        if rank == 0 and metric is not None:
+            for w in result.new_points:
+                if w.name == metric:
+                    tracker.observe_window(
+                        now, w.last_step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, w.first_step
+                    )
+        tracker.observe_progress(now, rank, step, total_steps)
+        return self._judge(job, tracker, metric, now)
+
+    def sweep(self, jobs: Iterable[Job], now: float) -> list[HealthUpdate]:
+        """Ask every tracked job again (a stalled job sends nothing); the changes to record."""
+        return [u for u in (self.judge(job, now) for job in jobs) if u is not None]
+
+    def silence(self, job: Job, now: float) -> HealthUpdate | None:
+        """A running job without a tracker (not heard from since this server started, or evicted): stalled
+        once it has been silent for :data:`UNTRACKED_SILENCE_S` (its usual pace is not known, so the
+        limit is generous); no replay of its history, so a restart with many silent jobs costs little.
+        Its next report tracks it again, and judges it afresh."""
+        if job.state != "running" or job.last_report_at is None or job.health == "stalled":
+            return None
+        limit = max(UNTRACKED_SILENCE_S, self.params.stall_floor_s)
+        silent = now - job.last_report_at
+        if silent < limit:
+            return None
+        evidence = {
+            "metric": "reports",
+            "window": {"seconds": round(silent)},
+            "threshold": limit,
+            "observed": round(silent),
+            "since": job.last_report_at,
+            "message": f"no report for {silent:.0f} s (more than {limit:.0f} s) while the job is running",
+        }
+        return HealthUpdate(job, Verdict("stalled", job.last_report_at, evidence))
+
+    def judge(self, job: Job, now: float) -> HealthUpdate | None:
+        """The update to record for a tracked job at ``now`` (``None``: no change, or not tracked)."""
+        entry = self._trackers.get(job.id)
+        return None if entry is None else self._judge(job, entry[1], entry[0], now)
+
+    def _judge(self, job: Job, tracker: HealthTracker, metric: str | None, now: float) -> HealthUpdate | None:
+        live = job.state not in FINAL_STATES
+        verdict = tracker.verdict(now, live=live)
+        if metric is None and verdict.state in ("not_learning", "diverging"):
+            return None  # no primary metric: never a false alarm about learning
+        if not live:
+            self.forget(job.id)
+        if verdict.state == job.health:
+            return None  # a change is recorded once; the evidence is the one of its start
+        if verdict.state == "stalled":
+            verdict = self._with_gpus(job.id, verdict)
+        return HealthUpdate(job, verdict)
+
+    def _with_gpus(self, job_id: int, verdict: Verdict) -> Verdict:
+        """A stall's evidence, with what the GPUs were doing when the ranks last reported them."""
+        by_rank = self._gpus.get(job_id)
+        if not by_rank:
+            return verdict
+        mean = sum(by_rank.values()) / len(by_rank)
+        idle = max(by_rank.values()) < GPU_IDLE_PERCENT
+        evidence = {
+            **verdict.evidence,
+            "gpu_utilization": {str(r): round(u, 1) for r, u in sorted(by_rank.items())},
+            "gpus_idle": idle,
+        }
+        said = str(verdict.evidence.get("message") or "stalled")
+        if idle:
+            evidence["message"] = f"{said}; its GPUs are idle ({mean:.0f}% utilisation)"
+        else:
+            evidence["message"] = (
+                f"{said}; its GPUs are still busy ({mean:.0f}% utilisation: a slow step, or a hang in a kernel)"
+            )
+        return replace(verdict, evidence=evidence)
+
+    def note_failure(self, job_id: int) -> bool:
+        """Remember that judging a job failed; whether this is its first failure (worth a log line)."""
+        first = job_id not in self._failed
+        self._failed.add(job_id)
+        if len(self._failed) > self.max_jobs:
+            self._failed.clear()
+        return first
+
+    def forget(self, job_id: int) -> None:
+        """Stop tracking a job."""
+        self._trackers.pop(job_id, None)
+        self._gpus.pop(job_id, None)
+
+
+async def assess(
+    monitor: HealthMonitor,
+    store: Store,
+    offload: Offload,
+    result: IngestResult,
+    rank: int,
+    step: int | None,
+    total_steps: int | None,
+    now: float,
+    gpus: Sequence[GpuReading] = (),
+) -> tuple[Job, HealthUpdate | None]:
+    """Judge a job after one of its reports was stored; the job as it now stands, and its change of health.
+
+    A job seen for the first time (new, or after a restart) is tracked from what is stored, this report
+    included. A failure of the analysis is logged (once per job) and costs the report nothing: it was
+    stored already, and the job's tracker starts afresh on its next report.
+    """
+    job = result.job
+    try:
+        if job.id in monitor:
+            update = monitor.observe(result, rank, step, now, total_steps, gpus)
+        elif job.state not in FINAL_STATES:
+            await track(monitor, store, offload, job)
+            update = monitor.judge(job, now)
+        else:
+            return job, None
+        if update is not None:
+            v = update.verdict
+            job = await offload(store.set_health, job.id, v.state, v.since, v.evidence, now)
+        return job, update
+    except Exception:
+        monitor.forget(job.id)
+        if monitor.note_failure(job.id):
+            _log.exception("health analysis of %s failed; its reports are stored all the same", job.key)
+        return job, None
+
+
+async def track(monitor: HealthMonitor, store: Store, offload: Offload, job: Job) -> None:
+    """Start tracking a job, replaying what it has stored of its primary metric."""
+    named, direction = monitor.metric_of(job)
+    metric = named or primary_metric(job.last_metrics)
+    history = None
+    if metric is not None:
+        history = await offload(store.history_columns, job.id, metric, REPLAY_POINTS)
+    if job.id not in monitor:  # another request may have started it meanwhile
+        monitor.start(job, history, metric, direction)
+
+
+async def record(update: HealthUpdate, store: Store, live: Broadcaster, offload: Offload, now: float) -> Job:
+    """Store a change of health and publish it: the job, then its event (see :func:`publish_event`)."""
+    job: Job = await offload(
+        store.set_health, update.job.id, update.verdict.state, update.verdict.since, update.verdict.evidence, now
+    )
+    live.publish("job", job.namespace, job.name, {"job": job_view(job, now)})
+    publish_event(update, live, now)
+    return job
+
+
+def publish_event(update: HealthUpdate, live: Broadcaster, now: float) -> None:
+    """Publish the event of a stored change of health (none for a job's first ``healthy``)."""
+    v, job = update.verdict, update.job
+    if not health_change_is_event(job.health, v.state):
+        return
+    message = str(v.evidence.get("message") or f"health is now {v.state}")
+    data = {"health": v.state, "evidence": v.evidence}
+    live.publish("event", job.namespace, job.name, {"t": now, "kind": "health", "message": message, "data": data})
+
+
+Review = Callable[[Job, float], Awaitable[Job]]
+"""What else looks at every live job in a sweep (the policies): the job in, the job as it then stands out."""
+
+
+async def sweep_forever(
+    monitor: HealthMonitor,
+    store: Store,
+    live: Broadcaster,
+    offload: Offload,
+    clock: Callable[[], float],
+    every: float = SWEEP_EVERY_S,
+    review: Review | None = None,
+) -> None:
+    """Judge every live job again every ``every`` seconds (until cancelled); one failure is logged, not fatal."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await sweep_once(monitor, store, live, offload, clock(), review)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _log.exception("health sweep failed; the next one runs in %.0f s", every)
+
+
+async def sweep_once(
+    monitor: HealthMonitor, store: Store, live: Broadcaster, offload: Offload, now: float, review: Review | None = None
+) -> int:
+    """One sweep: judge every live job again (tracked ones by their tracker, the others by their silence
+    alone), record the changes of health, then ``review`` every live job; how many changes of health."""
+    jobs: list[Job] = await offload(store.jobs, JobFilter(state=("pending", "running"), limit=10_000))
+    updates = monitor.sweep(jobs, now)
+    updates += [u for u in (monitor.silence(job, now) for job in jobs if job.id not in monitor) if u is not None]
+    changed = {}
+    for update in updates:
+        changed[update.job.id] = await record(update, store, live, offload, now)
+    if review is not None:
+        for job in jobs:
+            try:
+                await review(changed.get(job.id, job), now)
+            except Exception:
+                _log.exception("the review of %s failed; the sweep goes on", job.key)
+    return len(updates)

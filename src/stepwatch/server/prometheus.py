@@ -1,0 +1,185 @@
+"""Prometheus exposition of every job: ``GET /metrics`` for Grafana dashboards and Alertmanager rules.
+
+Per live job (pending or running, latest attempt): progress ratio, step and total, ETA, steps per
+second, age of the last report, health (one series per state, 1 for the current one), cost rate
+and spent, and the last value of each metric. Per namespace, over every job: how many are in each
+state and health, and the cost figures summed. Ended jobs leave the per-job series (their totals
+stay in the namespace sums), so the series count follows the live jobs, not the history.
+
+The figures are computed at scrape time from the store's view of the jobs (no state of its own);
+values are the same the API and the dashboard show.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .analysis.cost import Cost, totals
+from .notify import Notifier
+from .store import HEALTH_STATES, Job, JobFilter, Store
+from .views import cost_of, progress_percent, remaining_seconds
+
+__all__ = ["JobsCollector", "registry_for"]
+
+LIVE = ("pending", "running")
+MAX_JOBS = 10_000
+"""Jobs read per scrape (the most recently updated)."""
+MAX_METRICS_PER_JOB = 64
+"""Last values exported per job: enough for the loss, eval metrics, learning rate and friends,
+without letting one job with hundreds of logged keys flood the time series database."""
+
+
+class JobsCollector(Collector):
+    """Collects the job gauges from a store at each scrape."""
+
+    def __init__(
+        self, store: Store, clock: Callable[[], float] = time.time, stats: dict[str, int] | None = None
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.stats = stats if stats is not None else {}
+
+    def collect(self) -> Iterator[Metric]:
+        """Every metric family, built from the jobs of the store now."""
+        now = self.clock()
+        jobs = self.store.jobs(JobFilter(limit=MAX_JOBS))
+        labels = ["namespace", "job"]
+        g: dict[str, GaugeMetricFamily] = {
+            name: GaugeMetricFamily(f"stepwatch_job_{name}", text, labels=labels)
+            for name, text in (
+                ("progress_ratio", "Progress of the job, 0 to 1 (from steps, else epochs, else what it reported)."),
+                ("step", "Last step rank 0 reported."),
+                ("total_steps", "Steps the job will run."),
+                ("eta_seconds", "Seconds left, from the recent step rate."),
+                ("steps_per_second", "Recent step rate."),
+                ("last_report_age_seconds", "Seconds since the job last reported."),
+                ("cost_rate_usd_per_hour", "What an hour of the job costs: GPUs x price of a GPU hour."),
+                ("cost_spent_usd", "What the job has cost so far."),
+            )
+        }
+        health = GaugeMetricFamily(
+            "stepwatch_job_health", "1 for the job's current health, 0 for the others.", labels=[*labels, "health"]
+        )
+        metric = GaugeMetricFamily(
+            "stepwatch_job_metric_last", "Last value of a metric the job logs.", labels=[*labels, "metric"]
+        )
+        states: Counter[tuple[str, str]] = Counter()
+        healths: Counter[tuple[str, str]] = Counter()
+        costs: dict[str, list[Cost]] = defaultdict(list)
+        live_costs: dict[str, list[Cost]] = defaultdict(list)
+        for job in jobs:
+            remaining = remaining_seconds(job, now)
+            cost = cost_of(job, now, remaining)
+            current = _health_of(job)
+            states[job.namespace, job.state] += 1
+            healths[job.namespace, current] += 1
+            costs[job.namespace].append(cost)
+            if job.state not in LIVE:
+                continue
+            live_costs[job.namespace].append(cost)
+            key = [job.namespace, job.name]
+            percent = progress_percent(job)
+            _add(g["progress_ratio"], key, None if percent is None else percent / 100)
+            _add(g["step"], key, job.step)
+            _add(g["total_steps"], key, job.total_steps)
+            _add(g["eta_seconds"], key, remaining)
+            _add(g["steps_per_second"], key, job.eta_rate if job.eta_rate is not None else job.steps_per_second)
+            _add(g["last_report_age_seconds"], key, None if job.last_report_at is None else now - job.last_report_at)
+            _add(g["cost_rate_usd_per_hour"], key, cost.rate_per_hour)
+            _add(g["cost_spent_usd"], key, cost.spent)
+            for state in HEALTH_STATES:
+                health.add_metric([*key, state], 1.0 if state == current else 0.0)
+            for name, value in sorted(job.last_metrics.items())[:MAX_METRICS_PER_JOB]:
+                metric.add_metric([*key, name], value)  # NaN and Inf are valid sample values
+        yield from g.values()
+        yield health
+        yield metric
+        count = GaugeMetricFamily("stepwatch_jobs", "Jobs (latest attempts) by state.", labels=["namespace", "state"])
+        for (namespace, state), n in sorted(states.items()):
+            count.add_metric([namespace, state], n)
+        yield count
+        by_health = GaugeMetricFamily(
+            "stepwatch_jobs_by_health", "Jobs (latest attempts) by health.", labels=["namespace", "health"]
+        )
+        for (namespace, state), n in sorted(healths.items()):
+            by_health.add_metric([namespace, state], n)
+        yield by_health
+        sums = {
+            "rate_usd_per_hour": GaugeMetricFamily(
+                "stepwatch_namespace_cost_rate_usd_per_hour",
+                "Cost per hour of the namespace's live jobs.",
+                labels=["namespace"],
+            ),
+            "spent_usd": GaugeMetricFamily(
+                "stepwatch_namespace_cost_spent_usd",
+                "Spent by the namespace's jobs (listed ones).",
+                labels=["namespace"],
+            ),
+            "wasted_usd": GaugeMetricFamily(
+                "stepwatch_namespace_cost_wasted_usd",
+                "Spent after jobs stopped doing useful work.",
+                labels=["namespace"],
+            ),
+        }
+        for namespace, items in sorted(costs.items()):
+            t = totals(items)
+            sums["rate_usd_per_hour"].add_metric([namespace], totals(live_costs[namespace]).rate_per_hour)
+            sums["spent_usd"].add_metric([namespace], t.spent)
+            sums["wasted_usd"].add_metric([namespace], t.wasted)
+        yield from sums.values()
+        reports = CounterMetricFamily(
+            "stepwatch_reports", "Reports the server stored since it started.", labels=["kind"]
+        )
+        for kind in ("reports", "duplicates", "statuses"):
+            reports.add_metric([kind], self.stats.get(kind, 0))
+        yield reports
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: Any) -> None:
+    if value is not None and not (isinstance(value, float) and math.isnan(value)):
+        family.add_metric(labels, float(value))
+
+
+def _health_of(job: Job) -> str:
+    return job.health if job.health in HEALTH_STATES else "unknown"
+
+
+class NotificationsCollector(Collector):
+    """The notifier's counters per target (redacted: no credentials in labels)."""
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def collect(self) -> Iterator[Metric]:
+        """``stepwatch_notifications_total{target, result}`` and the messages pending now."""
+        total = CounterMetricFamily(
+            "stepwatch_notifications", "Notifications by target and outcome.", labels=["target", "result"]
+        )
+        pending = GaugeMetricFamily("stepwatch_notifications_pending", "Notifications waiting.", labels=["target"])
+        for target, stats in sorted(self.notifier.stats_by_target().items()):
+            for result in ("delivered", "failed", "dropped", "deduplicated", "retried"):
+                total.add_metric([target, result], getattr(stats, result))
+            pending.add_metric([target], stats.pending)
+        yield total
+        yield pending
+
+
+def registry_for(
+    store: Store,
+    clock: Callable[[], float] = time.time,
+    stats: dict[str, int] | None = None,
+    notifier: Notifier | None = None,
+) -> CollectorRegistry:
+    """A registry of its own per app (no global state): the jobs, and the notifier when there is one."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JobsCollector(store, clock, stats))
+    if notifier is not None:
+        registry.register(NotificationsCollector(notifier))
+    return registry

@@ -1,0 +1,160 @@
+"""Live updates across replicas: what one server process publishes, every other one publishes too.
+
+Several server processes on one PostgreSQL database each serve their own live stream (a
+:class:`~.live.Broadcaster` per process). A report ingested by one replica must reach the dashboards
+connected to the others, so the bridge sends every update published locally as a notification on
+the database's live channel (``pg_notify``; an update larger than a notification's 8,000 bytes goes
+through a table and the notification names its row), and publishes what the other replicas sent to
+its own subscribers. The job views, points and events it carries are the sender's, as they were
+published there.
+
+Sending never blocks the publisher: updates wait in a bounded queue (the oldest go first when the
+database is away) and are sent in batches, one transaction each, by a task of the event loop through
+a worker thread. Receiving happens in the store's listening thread, handed over to the event loop.
+
+Each replica numbers its stream itself: a client that reconnects to another replica with a
+``Last-Event-ID`` gets a ``resync`` at worst, and reads the state again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from .live import Broadcaster, Update
+from .store import Store, StoreError
+
+if TYPE_CHECKING:
+    from .store.postgres import PostgresStore
+
+__all__ = ["ReplicaBridge", "bridge_for"]
+
+_log = logging.getLogger("stepwatch.server")
+
+SPILL_KEEP_S = 300.0
+"""How long a large update stays in the database for the other replicas to read."""
+
+
+class ReplicaBridge:
+    """Relays live updates between this process and the other replicas on the same database."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        live: Broadcaster,
+        clock: Callable[[], float] = time.time,
+        max_queue: int = 10_000,
+    ) -> None:
+        self._store = store
+        self._live = live
+        self._clock = clock
+        self.origin = uuid.uuid4().hex[:12]
+        self._queue: deque[str] = deque(maxlen=max_queue)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.sent = 0
+        self.received = 0
+        self.dropped = 0
+        self._failing_since: float | None = None
+
+    async def start(self) -> None:
+        """Start relaying (call from the event loop that serves the app)."""
+        self._loop = asyncio.get_running_loop()
+        self._store.live_handlers.append(self._heard)
+        self._live.relays.append(self._outgoing)
+        self._task = asyncio.create_task(self._send_forever())
+
+    async def aclose(self, timeout_s: float = 2.0) -> None:
+        """Stop relaying; what is still queued is sent, within ``timeout_s``."""
+        with contextlib.suppress(ValueError):
+            self._live.relays.remove(self._outgoing)
+        with contextlib.suppress(ValueError):
+            self._store.live_handlers.remove(self._heard)
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if self._queue:
+            with contextlib.suppress(asyncio.TimeoutError, StoreError):
+                await asyncio.wait_for(self._send(), timeout_s)
+
+    # ------------------------------------------------------------------------------------ sending
+
+    def _outgoing(self, update: Update) -> None:
+        """A local update (on the event loop): queued for the other replicas."""
+        if len(self._queue) == self._queue.maxlen:
+            self.dropped += 1
+        message = {"o": self.origin, "k": update.kind, "ns": update.namespace, "n": update.name, "d": update.data}
+        self._queue.append(json.dumps(message, separators=(",", ":"), default=str))
+        self._wake.set()
+
+    async def _send_forever(self) -> None:
+        pruned = 0.0
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._send()
+                self._failing_since = None
+            except StoreError as exc:
+                now = self._clock()
+                if self._failing_since is None:
+                    self._failing_since = now
+                    _log.warning("live updates cannot reach the other replicas: %s", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()  # try again what is still queued
+                continue
+            if self._clock() - pruned > 60:
+                pruned = self._clock()
+                with contextlib.suppress(StoreError):
+                    await asyncio.to_thread(self._store.prune_spill, pruned - SPILL_KEEP_S)
+
+    async def _send(self) -> None:
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(len(self._queue), 500))]
+            try:
+                await asyncio.to_thread(self._store.send_live, batch, self._clock(), self.origin)
+            except StoreError:
+                self._queue.extendleft(reversed(batch))  # kept in order, for the next try
+                raise
+            self.sent += len(batch)
+
+    # ---------------------------------------------------------------------------------- receiving
+
+    def _heard(self, payload: str) -> None:
+        """A notification on the live channel (in the store's listening thread)."""
+        message = json.loads(payload)
+        if message.get("o") == self.origin:
+            return  # this replica's own, published here already
+        if "spill" in message:
+            try:
+                text = self._store.read_spill(int(message["spill"]))
+            except StoreError as exc:
+                _log.warning("a large live update from another replica could not be read: %s", exc)
+                return
+            if text is None:
+                return
+            message = json.loads(text)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._deliver, message)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        self.received += 1
+        self._live.publish(message["k"], message["ns"], message["n"], message["d"], relayed=True)
+
+
+def bridge_for(store: Store, live: Broadcaster, clock: Callable[[], float] = time.time) -> ReplicaBridge | None:
+    """The bridge a store's replicas need (PostgreSQL), or ``None`` (SQLite: one process)."""
+    if not hasattr(store, "send_live"):  # not imported here: psycopg is an extra
+        return None
+    return ReplicaBridge(cast("PostgresStore", store), live, clock)

@@ -1,0 +1,924 @@
+"""The PostgreSQL store: the same records and semantics as the SQLite one, for several replicas.
+
+``PostgresStore("postgresql://user@host/db")`` opens a small pool of connections (``psycopg_pool``)
+and migrates the schema (:mod:`.postgres_schema`). Reads take a pooled connection in autocommit
+mode; writes run one transaction at a time per process (as in SQLite: batches make that cheap) and
+may run in several processes at once, so every write locks what it changes in the database:
+
+- a job's row (``FOR NO KEY UPDATE``) before the job is read and written; a batch of reports locks
+  the rows of all its jobs at once, in id order, so two replicas never deadlock over them;
+- a registration takes an advisory lock on the job's name (two replicas cannot both create attempt 2);
+- every transaction that adds events first takes an advisory lock, held to its commit, so event ids
+  commit in order: a reader paging with ``after=id`` never skips one that commits late.
+
+A report's writes (the report row, its rank, its windows) are one statement; the job's row is
+written once per batch. Non-finite floats are PostgreSQL's own (NaN stays NaN, never NULL).
+
+**The cache.** Like the SQLite store, this one keeps recent jobs in memory (:class:`.JobCache`). Other
+replicas write the same rows, so each write transaction also notifies (``pg_notify``, delivered at
+commit) which jobs and names it changed; every store listens (:mod:`.postgres_notify`) and forgets
+them. A job read or written is cached only if no notification about it arrived in between, and
+nothing is served from the cache while the listening connection is down.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...protocol import Command, GpuReading, Report, TrainerStatus
+from . import rollups
+from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
+from .base import (
+    FINAL_STATES,
+    Event,
+    IngestResult,
+    Job,
+    JobFilter,
+    JobState,
+    PendingReport,
+    ProgressSample,
+    RankState,
+    SeriesColumns,
+    SeriesPoint,
+    Store,
+    StoreError,
+    health_change_is_event,
+)
+from .postgres_cache import ReplicaCache, changes_payload
+from .postgres_ingest import ReportFailed, write_reports, write_status
+from .postgres_notify import Listener
+from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, SORT_SQL, channel, lock_key
+from .rollups import FANOUT
+from .rows import JOB_COLUMNS, column_value, job_from_row, load_float
+
+__all__ = ["PostgresStore", "redacted"]
+
+FOLD_EVERY = 16 * FANOUT
+"""Windows of a series stored between two folds into roll-ups. SQLite folds every 16 (a fold is a
+few calls into a library); here each read of a fold is a round trip to the server, so a fold waits
+for 256 windows (16 level-1 rows, written without waiting). A history read then opens at most that
+many raw windows more, well within what it reads anyway."""
+
+_NOTIFY_LIMIT = 7000
+"""Bytes of a notification's payload this store sends at most (PostgreSQL's limit is 8,000)."""
+
+
+def redacted(url: str) -> str:
+    """A connection URL without its password, to show in messages."""
+    try:
+        parts = conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return "the PostgreSQL database"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+class _Qmark:
+    """A connection that takes ``?`` placeholders: the roll-ups' SQL is the SQLite store's too."""
+
+    _translated: dict[str, str] = {}
+
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, parameters: Any = (), /) -> psycopg.Cursor[tuple[Any, ...]]:
+        query = self._translated.get(sql)
+        if query is None:
+            query = self._translated[sql] = sql.replace("?", "%s")
+        return self.conn.execute(query, parameters)
+
+
+class PostgresStore(Store):
+    """The store of a PostgreSQL database, shareable by several server processes (see the module docstring)."""
+
+    def __init__(self, url: str, *, pool_size: int = 8, connect_timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.where = redacted(url)
+        self._connect_timeout = max(1, int(connect_timeout_s))
+        try:
+            with self._connect() as conn:
+                row = conn.execute("SELECT current_schema()").fetchone()
+                if row is None or row[0] is None:
+                    raise StoreError(f"the database {self.where} has no schema to use (see its search_path)")
+                self.schema = str(row[0])
+                self._migrate(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open the database {self.where}: {_first_line(exc)}") from None
+        self._events_key = lock_key(self.schema, "events")
+        self._jobs_channel = channel(self.schema, "jobs")
+        self.live_channel = channel(self.schema, "live")
+        self._tokens_channel = channel(self.schema, "tokens")
+        self._origin = uuid.uuid4().hex[:12]
+        self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
+            timeout=30.0,
+            open=False,
+            name=f"stepwatch-{self._origin}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except PoolTimeout as exc:
+            raise StoreError(f"cannot open the database {self.where}: {exc}") from None
+        self._write_lock = threading.Lock()
+        self._remembered: dict[int, tuple[Job, str | None, bool]] = {}
+        """Jobs written by the open transaction, put in the cache when it commits."""
+        self._renamed: set[tuple[str, str]] = set()
+        """Names whose latest attempt the open transaction changed (registrations)."""
+        self._events_locked = False
+        self._unfolded: dict[tuple[int, str], int] = {}
+        self._cache = ReplicaCache(self._origin)
+        self._api_tokens: dict[str, ApiToken] = {}
+        """API tokens by hash, as found; trusted only while listening (revocations are notified)."""
+        self._token_epoch = 0
+        """Raised by every revocation heard (and by listening going up or down): a lookup that began
+        before one does not cache what it read."""
+        self.live_handlers: list[Callable[[str], None]] = []
+        """Callbacks of the live channel (the replica bridge's), called in the listening thread."""
+        self._listener = Listener(
+            self._connect,
+            {
+                self._jobs_channel: self._cache.on_changed,
+                self.live_channel: self._on_live,
+                self._tokens_channel: self._on_tokens,
+            },
+            self._on_listening,
+        )
+        self._listener.start(connect_timeout_s)
+
+    # ------------------------------------------------------------------------------- connections
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return psycopg.connect(self.url, autocommit=True, connect_timeout=self._connect_timeout)
+
+    def _migrate(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Bring the schema to :data:`SCHEMA_VERSION`, one transaction, under a lock (replicas start together)."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.schema, "migrate"),))
+            conn.execute("CREATE TABLE IF NOT EXISTS stepwatch_schema (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM stepwatch_schema").fetchone()
+            version = 0 if row is None else int(row[0])
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the database {self.where} has schema version {version}, newer than this server's "
+                    f"{SCHEMA_VERSION}: upgrade stepwatch"
+                )
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                conn.execute(MIGRATIONS[target])
+            if row is None:
+                conn.execute("INSERT INTO stepwatch_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+            elif version < SCHEMA_VERSION:
+                conn.execute("UPDATE stepwatch_schema SET version = %s", (SCHEMA_VERSION,))
+
+    def _read(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        for attempt in range(2):
+            try:
+                with self._pool.connection() as conn:
+                    return conn.execute(sql, args).fetchall()
+            except psycopg.OperationalError as exc:  # a connection the server closed: once more, on a new one
+                if attempt:
+                    raise StoreError(f"the database cannot be read: {_first_line(exc)}") from None
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise StoreError(f"the database cannot be read: {_first_line(exc)}") from None
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _reader(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"the database cannot be read: {_first_line(exc)}") from None
+
+    @contextmanager
+    def _write(self, pipeline: bool = True) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """A write transaction, in pipeline mode: statements are sent without waiting for their answer
+        until one is read, so ``BEGIN``, the writes, the notification and ``COMMIT`` share round trips."""
+        with self._write_lock:
+            epoch = self._cache.epoch
+            self._remembered.clear()
+            self._renamed.clear()
+            self._events_locked = False
+            try:
+                with (
+                    self._pool.connection() as conn,
+                    conn.pipeline() if pipeline else nullcontext(),
+                    conn.transaction(),
+                ):
+                    yield conn
+                    self._announce(conn)
+                self._cache.written(self._remembered.values(), epoch)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
+            finally:
+                self._remembered.clear()
+                self._renamed.clear()
+
+    def _announce(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Tell the other replicas which jobs this transaction changed (delivered when it commits)."""
+        if not self._remembered and not self._renamed:
+            return
+        payload = changes_payload(self._origin, self._remembered, self._renamed, _NOTIFY_LIMIT)
+        conn.execute("SELECT pg_notify(%s, %s)", (self._jobs_channel, payload))
+
+    def _remember(self, job: Job, token_hash: str | None = None, latest: bool = False) -> None:
+        """Cache a job written by the open transaction, once it commits (``latest``: just registered)."""
+        pending = self._remembered.get(job.id)
+        if token_hash is None and pending is not None:
+            token_hash = pending[1]
+        self._remembered[job.id] = (job, token_hash, latest or (pending is not None and pending[2]))
+
+    def _current(self, conn: psycopg.Connection[tuple[Any, ...]], job_id: int) -> Job:
+        """A job as it stands in the open write transaction, its row locked until the commit."""
+        pending = self._remembered.get(job_id)
+        if pending is not None:
+            return pending[0]
+        row = conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s FOR NO KEY UPDATE", (job_id,)).fetchone()
+        if row is None:
+            raise KeyError(job_id)
+        job = job_from_row(row)
+        self._remember(job)
+        return job
+
+    def _existing(self, conn: psycopg.Connection[tuple[Any, ...]], job_id: int) -> Job:
+        try:
+            return self._current(conn, job_id)
+        except KeyError:
+            raise StoreError(f"job {job_id} is not in the database") from None
+
+    def close(self) -> None:
+        """Stop listening and close every connection."""
+        self._listener.close()
+        self._pool.close()
+
+    # ------------------------------------------------------------------------------------ caching
+
+    def _on_listening(self, listening: bool) -> None:
+        self._forget_tokens()
+        self._cache.on_listening(listening)
+
+    def _on_tokens(self, payload: str) -> None:
+        self._forget_tokens()
+
+    def _forget_tokens(self) -> None:
+        self._token_epoch += 1
+        self._api_tokens.clear()
+
+    def _on_live(self, payload: str) -> None:
+        for handler in list(self.live_handlers):
+            handler(payload)
+
+    def cached_job(self, namespace: str, name: str) -> Job | None:
+        """The latest attempt of a job, when cached and the cache is trusted (no I/O)."""
+        return self._cache.latest(namespace, name)
+
+    def cached_token_hash(self, job_id: int) -> str | None:
+        """A job's token hash, when cached (it never changes: no I/O)."""
+        return self._cache.token_hash(job_id)
+
+    # -------------------------------------------------------------------------------------- jobs
+
+    def register(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        token_hash: str,
+        now: float,
+        total_steps: int | None = None,
+        total_epochs: float | None = None,
+        params: dict[str, Any] | None = None,
+        gpus: float = 0.0,
+        gpu_hour_cost: float = 0.0,
+        source: str = "native",
+        supersede: bool = False,
+        policy: dict[str, Any] | None = None,
+        gpu_type: str = "",
+    ) -> Job:
+        """Create a job, or its next attempt; ``KeyError`` while the latest attempt is still live."""
+        with self._write() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.schema, f"job:{namespace}/{name}"),))
+            row = conn.execute(
+                "SELECT id, attempt, state FROM jobs WHERE namespace = %s AND name = %s ORDER BY attempt DESC LIMIT 1",
+                (namespace, name),
+            ).fetchone()
+            if row is not None and row[2] not in FINAL_STATES:
+                if not supersede:
+                    raise KeyError(f"{namespace}/{name}")
+                reason = f"superseded by attempt {row[1] + 1}"
+                old = self._current(conn, row[0])
+                self._update(conn, old, {"state": "failed", "finished_at": now, "updated_at": now, "reason": reason})
+                self._event(conn, row[0], now, "failed", reason, {})
+            attempt = 1 if row is None else row[1] + 1
+            created = conn.execute(
+                "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at, "
+                "total_steps, total_epochs, params, gpus, gpu_hour_cost, source, policy, gpu_type) "
+                f"VALUES (%s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING {JOB_COLUMNS}",
+                (
+                    namespace,
+                    name,
+                    attempt,
+                    token_hash,
+                    now,
+                    now,
+                    total_steps,
+                    total_epochs,
+                    json.dumps(params or {}),
+                    gpus,
+                    gpu_hour_cost,
+                    source,
+                    json.dumps(policy or {}),
+                    gpu_type,
+                ),
+            ).fetchone()
+            assert created is not None
+            new = job_from_row(created)
+            self._event(conn, new.id, now, "registered", f"attempt {attempt} registered", {"attempt": attempt})
+            self._remember(new, token_hash, latest=True)
+            self._renamed.add((namespace, name))
+        return new
+
+    def job(self, namespace: str, name: str, attempt: int | None = None) -> Job | None:
+        """The latest attempt of a job, or the given one."""
+        if attempt is not None:
+            rows = self._read(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = %s AND name = %s AND attempt = %s",
+                (namespace, name, attempt),
+            )
+            return job_from_row(rows[0]) if rows else None
+        cached = self.cached_job(namespace, name)
+        if cached is not None:
+            return cached
+        epoch = self._cache.epoch
+        rows = self._read(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = %s AND name = %s ORDER BY attempt DESC LIMIT 1",
+            (namespace, name),
+        )
+        if not rows:
+            return None
+        job = job_from_row(rows[0])
+        self._cache.offer(job, epoch, latest=True)
+        return job
+
+    def job_by_id(self, job_id: int) -> Job | None:
+        """A job by id."""
+        cached = self._cache.by_id(job_id)
+        if cached is not None:
+            return cached
+        epoch = self._cache.epoch
+        rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,))
+        if not rows:
+            return None
+        job = job_from_row(rows[0])
+        self._cache.offer(job, epoch)
+        return job
+
+    def token_hash(self, job_id: int) -> str:
+        """The stored hash of a job's write token."""
+        cached = self._cache.token_hash(job_id)
+        if cached is not None:
+            return cached
+        rows = self._read("SELECT token_hash FROM jobs WHERE id = %s", (job_id,))
+        if not rows:
+            return ""
+        self._cache.offer_token_hash(job_id, str(rows[0][0]))
+        return str(rows[0][0])
+
+    def _where(self, where: JobFilter) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        args: list[Any] = []
+        if where.namespace:
+            clauses.append("namespace = %s")
+            args.append(where.namespace)
+        if where.namespaces is not None:
+            clauses.append("namespace = ANY(%s)")
+            args.append(list(where.namespaces))
+        if where.state:
+            clauses.append("state = ANY(%s)")
+            args.append(list(where.state))
+        if where.health:
+            clauses.append("health = ANY(%s)")
+            args.append(list(where.health))
+        if where.text:
+            clauses.append("(strpos(name, %s) > 0 OR strpos(namespace, %s) > 0)")
+            args.extend([where.text.lower(), where.text.lower()])
+        if where.min_progress is not None:
+            clauses.append(f"{SORT_SQL['progress']} >= %s")
+            args.append(where.min_progress)
+        if where.max_progress is not None:
+            clauses.append(f"{SORT_SQL['progress']} <= %s")
+            args.append(where.max_progress)
+        if not where.all_attempts:
+            clauses.append(
+                "NOT EXISTS (SELECT 1 FROM jobs AS newer WHERE newer.namespace = jobs.namespace "
+                "AND newer.name = jobs.name AND newer.attempt > jobs.attempt)"
+            )
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+    def jobs(self, where: JobFilter) -> list[Job]:
+        """Jobs matching a filter, most recently updated first."""
+        sql, args = self._where(where)
+        order = "DESC" if where.descending else "ASC"
+        column = SORT_SQL.get(where.sort, "updated_at")
+        nulls_last = "" if column == "updated_at" else f"{column} IS NULL, "
+        epoch = self._cache.epoch
+        ids = [
+            r[0]
+            for r in self._read(
+                f"SELECT id FROM jobs{sql} ORDER BY {nulls_last}{column} {order}, id {order} LIMIT %s OFFSET %s",
+                (*args, where.limit, where.offset),
+            )
+        ]
+        found = {i: job for i in ids if (job := self._cache.by_id(i)) is not None}
+        missing = [i for i in ids if i not in found]
+        if missing:  # rows the cache does not hold: read once, then kept
+            for row in self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s)", (missing,)):
+                job = job_from_row(row)
+                self._cache.offer(job, epoch)
+                found[job.id] = job
+        return [found[i] for i in ids if i in found]
+
+    def count_jobs(self, where: JobFilter) -> int:
+        """How many jobs match a filter."""
+        sql, args = self._where(where)
+        return int(self._read(f"SELECT COUNT(*) FROM jobs{sql}", args)[0][0])
+
+    # ------------------------------------------------------------------------------------ ingest
+
+    def ingest_report(
+        self, job: Job, report: Report, now: float, estimate: tuple[float | None, float | None] | None = None
+    ) -> IngestResult:
+        """Store a report once; move progress only forward in report time; record acks and state."""
+        (result,) = self.ingest_reports([PendingReport(job, report, now, estimate)])
+        if isinstance(result, StoreError):
+            raise result
+        return result
+
+    def ingest_reports(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
+        """Store reports in one transaction, in few round trips; a report that fails fails alone
+        (see :mod:`.postgres_ingest`)."""
+        try:
+            with self._write() as conn:
+                return write_reports(self, conn, batch, isolate=False)
+        except ReportFailed:
+            with self._write(pipeline=False) as conn:  # savepoints, one report at a time
+                return write_reports(self, conn, batch, isolate=True)
+
+    def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
+        """Store an upstream status: progress, ETA and every numeric metric as a one-value window."""
+        with self._write() as conn:
+            return write_status(self, conn, job, status, now)
+
+    def _transition(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        job: Job,
+        updates: dict[str, Any],
+        state: str,
+        reason: str,
+        now: float,
+        rank0: bool,
+    ) -> None:
+        if job.state in FINAL_STATES:
+            return
+        if state in FINAL_STATES and rank0:
+            updates.update(state=state, finished_at=now, reason=reason)
+            self._event(conn, job.id, now, state, reason or f"the job reported {state}", {})
+        elif job.state == "pending":
+            updates.update(state="running", started_at=now)
+            self._event(conn, job.id, now, "running", "first report received", {})
+
+    def set_state(self, job: Job, state: JobState, now: float, reason: str = "", exit_code: int | None = None) -> Job:
+        """Record a final state (the runner knows how the process ended), or running."""
+        with self._write() as conn:
+            try:
+                current = self._current(conn, job.id)
+            except KeyError:
+                raise StoreError(f"job {job.key} is not in the database") from None
+            updates: dict[str, Any] = {"updated_at": now, "exit_code": exit_code}
+            if state in FINAL_STATES:
+                if current.state not in FINAL_STATES or exit_code not in (None, 0):
+                    updates.update(state=state, finished_at=now, reason=reason)
+                    self._event(conn, job.id, now, state, reason or state, {"exit_code": exit_code})
+            elif current.state == "pending":
+                updates.update(state=state, started_at=now)
+                self._event(conn, job.id, now, state, reason or "started", {})
+            return self._update(conn, current, updates)
+
+    def set_health(self, job_id: int, health: str, since: float | None, evidence: dict[str, Any], now: float) -> Job:
+        """Record a job's health; a change is an event ``health`` with the evidence."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            if health_change_is_event(current.health, health):
+                message = str(evidence.get("message") or f"health is now {health}")
+                self._event(conn, job_id, now, "health", message, {"health": health, "evidence": evidence})
+            return self._update(conn, current, {"health": health, "health_since": since, "health_evidence": evidence})
+
+    def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
+        """Keep the latest ETA of a job with the job, so that lists need no history."""
+        with self._write() as conn:
+            try:
+                current = self._current(conn, job_id)
+            except KeyError:
+                return
+            self._update(conn, current, {"eta_seconds": eta_seconds, "eta_rate": rate, "eta_at": now})
+
+    def _update(self, conn: psycopg.Connection[tuple[Any, ...]], job: Job, updates: dict[str, Any]) -> Job:
+        """Write a job's changed columns (Python values), and remember the job as it now stands."""
+        columns = ", ".join(f"{k} = %s" for k in updates)
+        values = [column_value(k, v) for k, v in updates.items()]
+        conn.execute(f"UPDATE jobs SET {columns} WHERE id = %s", (*values, job.id))
+        fresh = replace(job, **updates)
+        self._remember(fresh)
+        return fresh
+
+    # ----------------------------------------------------------------------------------- history
+
+    def series_columns(self, job_id: int, metric: str) -> SeriesColumns:
+        """Every window of a metric, in step order, as columns."""
+        rows = self._read(
+            "SELECT step, t, last, min, max, mean, count, nonfinite FROM points WHERE job_id = %s AND metric = %s "
+            "ORDER BY step, t, rowid",
+            (job_id, metric),
+        )
+        if not rows:
+            return SeriesColumns([], [], [], [], [], [], [], [])
+        steps, times, lasts, mins, maxs, means, counts, nonfinites = (list(c) for c in zip(*rows))
+        return SeriesColumns(steps, times, lasts, mins, maxs, means, counts, nonfinites)
+
+    def series(self, job_id: int, metric: str) -> list[SeriesPoint]:
+        """Every window of a metric, in step order."""
+        rows = self._read(
+            "SELECT step, t, last, min, max, mean, count, nonfinite FROM points WHERE job_id = %s AND metric = %s "
+            "ORDER BY step, t, rowid",
+            (job_id, metric),
+        )
+        return [SeriesPoint(r[0], r[1], load_float(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows]
+
+    def _count_windows(self, conn: psycopg.Connection[tuple[Any, ...]], job_id: int, metrics: list[str]) -> None:
+        """Count new windows; a series with :data:`FOLD_EVERY` unfolded ones is folded into roll-ups."""
+        if len(self._unfolded) > 100_000:
+            self._unfolded.clear()  # forgetting counts only delays folds: reads fold what is left
+        for metric in metrics:
+            key = (job_id, metric)
+            n = self._unfolded.get(key, 0) + 1
+            if n > FOLD_EVERY:
+                rollups.fold(_Qmark(conn), job_id, metric)
+                n = 1
+            self._unfolded[key] = n
+
+    def history_columns(self, job_id: int, metric: str, max_points: int) -> SeriesColumns:
+        """A series for ``max_points``: every window when short, else roll-ups and the windows after them."""
+        for _ in range(2):
+            try:
+                with self._reader() as conn:
+                    found = rollups.read_series(_Qmark(conn), job_id, metric, max_points)
+            except rollups.NeedsFold:
+                self._fold_all(job_id, metric)  # older data, or ingest fell behind: once, then it is kept up
+                continue
+            if found is not None:
+                return found
+            break
+        return self.series_columns(job_id, metric)
+
+    def _fold_all(self, job_id: int, metric: str) -> None:
+        """Fold a whole series, in transactions of 32,768 windows, the job locked (another replica may fold it)."""
+        chunk = 8 * rollups.FOLD_CHUNK
+        while True:
+            with self._write() as conn:
+                conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR NO KEY UPDATE", (job_id,))
+                if rollups.fold(_Qmark(conn), job_id, metric, limit=chunk) < chunk:
+                    return
+
+    @contextmanager
+    def _retention_tx(self, job_id: int | None) -> Iterator[_Qmark]:
+        with self._write(pipeline=False) as conn:  # each DELETE's row count is read at once
+            if job_id is not None:  # ingest and folds of this job wait; other jobs go on
+                conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR NO KEY UPDATE", (job_id,))
+            yield _Qmark(conn)
+
+    def rebuild_rollups(self, job_id: int | None = None) -> int:
+        """Rebuild the roll-ups of a job or of all (data written by another tool)."""
+        with self._write() as conn:
+            if job_id is None:
+                conn.execute("SELECT 1 FROM jobs ORDER BY id FOR NO KEY UPDATE")
+            else:
+                conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR NO KEY UPDATE", (job_id,))
+            folded = rollups.rebuild(_Qmark(conn), job_id)
+        self._unfolded.clear()
+        return folded
+
+    def metric_names(self, job_id: int) -> list[str]:
+        """The metrics a job has reported, sorted (a skip-scan of the index: one seek per metric)."""
+        rows = self._read(
+            "WITH RECURSIVE names (metric) AS (SELECT MIN(metric) FROM points WHERE job_id = %(job)s UNION ALL "
+            "SELECT (SELECT MIN(metric) FROM points WHERE job_id = %(job)s AND metric > names.metric) FROM names "
+            "WHERE names.metric IS NOT NULL) SELECT metric FROM names WHERE metric IS NOT NULL",
+            {"job": job_id},
+        )
+        return [r[0] for r in rows]
+
+    def progress_samples(self, job_id: int, since: float | None = None) -> list[ProgressSample]:
+        """Rank 0's (arrival time, step), oldest first."""
+        rows = self._read(
+            "SELECT received_at, step FROM reports WHERE job_id = %s AND rank = 0 AND step IS NOT NULL "
+            "AND newest AND received_at >= %s ORDER BY received_at",
+            (job_id, since if since is not None else -math.inf),
+        )
+        return [ProgressSample(r[0], r[1]) for r in rows]
+
+    def ranks(self, job_id: int) -> list[RankState]:
+        """The newest report of every rank of a job, by rank."""
+        rows = self._read(
+            "SELECT rank, run_id, last_seen_at, step, step_time, host, pid, gpus FROM ranks WHERE job_id = %s "
+            "ORDER BY rank",
+            (job_id,),
+        )
+        return [
+            RankState(
+                rank, run_id, seen, step, step_time, host, pid, tuple(GpuReading.from_dict(g) for g in json.loads(gpus))
+            )
+            for rank, run_id, seen, step, step_time, host, pid, gpus in rows
+        ]
+
+    # ---------------------------------------------------------------------------------- commands
+
+    def add_command(self, job: Job, kind: str, reason: str, now: float, actor: str = "") -> Command:
+        """Queue a command; the reporter receives it with its next answer."""
+        command = Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason)  # type: ignore[arg-type]
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (%s, %s, %s, %s, %s)",
+                (command.id, job.id, kind, reason, now),
+            )
+            self._command_event(conn, job.id, now, command, actor)
+            if actor:
+                self._audit(conn, AuditEntry(now, actor, kind, job.namespace, job.name, reason, {"id": command.id}))
+        return command
+
+    def pending_commands(self, job_id: int) -> list[Command]:
+        """Commands not acknowledged yet, oldest first."""
+        rows = self._read(
+            "SELECT id, kind, reason FROM commands WHERE job_id = %s AND acked_at IS NULL ORDER BY created_at LIMIT 16",
+            (job_id,),
+        )
+        return [Command(id=r[0], kind=r[1], reason=r[2]) for r in rows]
+
+    def _command_event(
+        self, conn: psycopg.Connection[tuple[Any, ...]], job_id: int, now: float, command: Command, actor: str = ""
+    ) -> None:
+        kind, reason = command.kind, command.reason
+        message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
+        data = {"id": command.id, "kind": kind, "reason": reason, **({"by": actor} if actor else {})}
+        self._event(conn, job_id, now, "command", message, data)
+
+    # ---------------------------------------------------------------------------------- policies
+
+    def set_policy(self, job_id: int, policy: dict[str, Any], now: float, message: str, actor: str = "") -> Job:
+        """Replace a job's own policy (an event ``policy_set``)."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            self._event(
+                conn, job_id, now, "policy_set", message, {"policy": policy, **({"by": actor} if actor else {})}
+            )
+            if actor:
+                entry = AuditEntry(
+                    now, actor, "policy_set", current.namespace, current.name, message, {"policy": policy}
+                )
+                self._audit(conn, entry)
+            return self._update(conn, current, {"policy": policy})
+
+    def act(
+        self,
+        job_id: int,
+        trigger: str,
+        fired: dict[str, Any],
+        message: str,
+        commands: tuple[tuple[str, str], ...],
+        now: float,
+    ) -> tuple[Job, list[Command]]:
+        """Record a policy's action on a trigger with its commands, in one transaction."""
+        queued = [Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason) for kind, reason in commands]  # type: ignore[arg-type]
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            self._event(conn, job_id, now, "policy", message, {"trigger": trigger, **fired})
+            for i, command in enumerate(queued):
+                conn.execute(
+                    "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (%s, %s, %s, %s, %s)",
+                    (command.id, job_id, command.kind, command.reason, now + i * 1e-6),  # kept in order
+                )
+                self._command_event(conn, job_id, now, command)
+            job = self._update(conn, current, {"policy_fired": {**current.policy_fired, trigger: fired}})
+        return job, queued
+
+    def rearm(self, job_id: int, triggers: tuple[str, ...], now: float) -> Job:
+        """Forget the policy's actions on these triggers."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            kept = {k: v for k, v in current.policy_fired.items() if k not in triggers}
+            if len(kept) == len(current.policy_fired):
+                return current
+            return self._update(conn, current, {"policy_fired": kept})
+
+    def namespace_policies(self) -> dict[str, dict[str, Any]]:
+        """Every namespace's policy."""
+        rows = self._read("SELECT namespace, policy FROM namespace_policies ORDER BY namespace")
+        return {namespace: json.loads(policy) for namespace, policy in rows}
+
+    def set_namespace_policy(self, namespace: str, policy: dict[str, Any] | None, now: float, actor: str = "") -> None:
+        """Replace or remove a namespace's policy."""
+        with self._write() as conn:
+            if actor:
+                self._audit(conn, AuditEntry(now, actor, "namespace_policy_set", namespace, "", "", {"policy": policy}))
+            if policy is None:
+                conn.execute("DELETE FROM namespace_policies WHERE namespace = %s", (namespace,))
+            else:
+                conn.execute(
+                    "INSERT INTO namespace_policies (namespace, policy, updated_at) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (namespace) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at",
+                    (namespace, json.dumps(policy), now),
+                )
+
+    # ------------------------------------------------------------------------------------ events
+
+    def _event(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        job_id: int,
+        now: float,
+        kind: str,
+        message: str,
+        data: dict[str, Any],
+    ) -> None:
+        if not self._events_locked:  # held to the commit: event ids commit in the order they are taken
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._events_key,))
+            self._events_locked = True
+        conn.execute(
+            "INSERT INTO events (job_id, t, kind, message, data) VALUES (%s, %s, %s, %s, %s)",
+            (job_id, now, kind, message, json.dumps(data)),
+        )
+
+    def events(
+        self, *, job_id: int | None = None, namespace: str | None = None, after: int = 0, limit: int = 100
+    ) -> list[Event]:
+        """Events after an id, oldest first."""
+        clauses = ["events.id > %s"]
+        args: list[Any] = [after]
+        if job_id is not None:
+            clauses.append("events.job_id = %s")
+            args.append(job_id)
+        if namespace is not None:
+            clauses.append("jobs.namespace = %s")
+            args.append(namespace)
+        rows = self._read(
+            "SELECT events.id, events.job_id, jobs.namespace, jobs.name, events.t, events.kind, events.message, "
+            f"events.data FROM events JOIN jobs ON jobs.id = events.job_id WHERE {' AND '.join(clauses)} "
+            "ORDER BY events.id LIMIT %s",
+            (*args, limit),
+        )
+        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
+
+    # ---------------------------------------------------------------------------------- replicas
+
+    def send_live(self, payloads: Sequence[str], now: float, origin: str = "") -> None:
+        """Notify the other replicas of live updates (JSON texts), in order; large ones go through a table
+        (the notification names the row, and ``origin``, so that the sender need not read it)."""
+        if not payloads:
+            return
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                for payload in payloads:
+                    sent = payload
+                    if len(payload.encode()) > _NOTIFY_LIMIT:
+                        row = conn.execute(
+                            "INSERT INTO live_spill (t, payload) VALUES (%s, %s) RETURNING id", (now, payload)
+                        ).fetchone()
+                        assert row is not None
+                        sent = json.dumps({"o": origin, "spill": row[0]})
+                    conn.execute("SELECT pg_notify(%s, %s)", (self.live_channel, sent))
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
+
+    def read_spill(self, spill_id: int) -> str | None:
+        """A live update too large for a notification, by id."""
+        rows = self._read("SELECT payload FROM live_spill WHERE id = %s", (spill_id,))
+        return str(rows[0][0]) if rows else None
+
+    def prune_spill(self, before: float) -> None:
+        """Delete the large live updates sent before a time (every replica has read them by then)."""
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("DELETE FROM live_spill WHERE t < %s", (before,))
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
+
+    # ------------------------------------------------------------------------ access (tokens, audit)
+
+    def create_token(self, token: ApiToken, token_hash: str, entry: AuditEntry) -> None:
+        """Store a new API token (its hash) and the audit entry of its creation."""
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT INTO api_tokens (token_hash, {TOKEN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (token_hash, *_token_row(token)),
+            )
+            self._audit(conn, entry)
+
+    def cached_api_token(self, token_hash: str) -> ApiToken | None:
+        """A found API token, from memory, while revocations are heard."""
+        return self._api_tokens.get(token_hash) if self._cache.listening else None
+
+    def api_token(self, token_hash: str) -> ApiToken | None:
+        """The token with this hash; found ones are cached while this store hears the revocations of
+        every replica (``LISTEN``), and forgotten as soon as one is heard."""
+        cached = self._api_tokens.get(token_hash) if self._cache.listening else None
+        if cached is not None:
+            return cached
+        epoch = self._token_epoch
+        rows = self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_hash = %s", (token_hash,))
+        if not rows:
+            return None
+        token = token_from_row(rows[0])
+        if len(self._api_tokens) >= 10_000:
+            self._api_tokens.clear()
+        if self._cache.listening and epoch == self._token_epoch:
+            self._api_tokens[token_hash] = token
+        return token
+
+    def api_tokens(self) -> list[ApiToken]:
+        """Every API token, oldest first."""
+        rows = self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at, id")
+        return [token_from_row(r) for r in rows]
+
+    def revoke_token(self, token_id: str, now: float, entry: AuditEntry) -> ApiToken | None:
+        """Revoke a token; every replica refuses it from the commit on (a notification clears their caches)."""
+        with self._write(pipeline=False) as conn:
+            row = conn.execute(
+                f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = %s FOR UPDATE", (token_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            token = token_from_row(row)
+            if token.revoked_at is None:
+                conn.execute(
+                    "UPDATE api_tokens SET revoked_at = %s, revoked_by = %s WHERE id = %s", (now, entry.actor, token_id)
+                )
+                token = replace(token, revoked_at=now, revoked_by=entry.actor)
+                self._audit(conn, entry)
+                conn.execute("SELECT pg_notify(%s, %s)", (self._tokens_channel, token_id))
+                self._forget_tokens()
+        self._forget_tokens()
+        return token
+
+    def record_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Append an entry to the audit log."""
+        with self._write(pipeline=False) as conn:
+            return self._audit(conn, entry)
+
+    def _audit(self, conn: psycopg.Connection[tuple[Any, ...]], entry: AuditEntry) -> AuditEntry:
+        row = conn.execute(
+            "INSERT INTO audit (t, actor, action, namespace, name, reason, data) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+            "RETURNING id",
+            (entry.t, entry.actor, entry.action, entry.namespace, entry.name, entry.reason, json.dumps(entry.data)),
+        ).fetchone()
+        return replace(entry, id=int(row[0]) if row else 0)
+
+    def audit_log(
+        self,
+        *,
+        namespaces: tuple[str, ...] | None = None,
+        name: str | None = None,
+        include_global: bool = True,
+        after: int = 0,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Audit entries after an id, oldest first."""
+        where, args = audit_where(namespaces, name, include_global, after)
+        rows = self._read(
+            f"SELECT {AUDIT_COLUMNS} FROM audit WHERE {where.replace('?', '%s')} ORDER BY id LIMIT %s", (*args, limit)
+        )
+        return [audit_from_row(r) for r in rows]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _token_row(token: ApiToken) -> tuple[Any, ...]:
+    return (
+        token.id, token.name, token.role, json.dumps(list(token.namespaces)), token.created_at, token.created_by,
+        token.expires_at, token.revoked_at, token.revoked_by,
+    )  # fmt: skip

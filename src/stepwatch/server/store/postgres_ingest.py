@@ -1,0 +1,307 @@
+"""How the PostgreSQL store writes reports: a batch of native ones in few round trips, and upstream statuses.
+
+A report's rows (the report itself once by run, rank and seq; its rank's newest state when it is
+the newest; its windows) are one statement, :data:`INGEST_SQL`, which answers whether the report
+was new and the newest of its rank. The store's write transactions run in psycopg's pipeline mode:
+the statements of a whole batch are sent together and their answers read once; then, per report in
+order, what follows from them is worked out in Python (progress, state, last metrics, acknowledged
+commands) and its few writes (events, acknowledgements) queued, each job's row written once at the
+end, with the commit. So a batch costs a handful of round trips, not several per report.
+
+If a statement fails in a batch written that way, the whole transaction is rolled back and the
+batch is written again report by report, each in a savepoint, so the failure stays its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ...protocol import Command, MetricWindow, TrainerStatus, parse_rfc3339
+from .base import IngestResult, Job, PendingReport, ProgressSample, StoreError
+from .rows import JOB_COLUMNS, column_value, job_from_row
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
+__all__ = ["INGEST_SQL", "POINTS_SQL", "ReportFailed", "write_reports", "write_status"]
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+INGEST_SQL = """
+WITH prev AS (
+    SELECT last_sent_at FROM ranks WHERE job_id = %(job)s AND rank = %(rank)s
+), ins AS (
+    INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest)
+    VALUES (%(job)s, %(run)s, %(rank)s, %(seq)s, %(now)s, %(sent)s, %(step)s,
+            NOT EXISTS (SELECT 1 FROM prev WHERE prev.last_sent_at > %(sent)s))
+    ON CONFLICT DO NOTHING
+    RETURNING newest
+), rank_row AS (
+    INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid, gpus)
+    SELECT %(job)s, %(rank)s, %(run)s, %(sent)s::float8, %(now)s::float8, %(step)s::bigint,
+           %(step_time)s::float8, %(host)s::text, %(pid)s::bigint, %(gpus)s::text
+    FROM ins WHERE ins.newest
+    ON CONFLICT (job_id, rank) DO UPDATE SET run_id = excluded.run_id, last_sent_at = excluded.last_sent_at,
+        last_seen_at = excluded.last_seen_at, step = excluded.step, step_time = excluded.step_time,
+        host = excluded.host, pid = excluded.pid, gpus = excluded.gpus
+), windows AS (
+    INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite)
+    SELECT %(job)s, w.metric, w.step, %(now)s::float8, w.last, w.min, w.max, w.mean, w.count, w.nonfinite
+    FROM unnest(%(metrics)s::text[], %(steps)s::bigint[], %(lasts)s::float8[], %(mins)s::float8[],
+                %(maxs)s::float8[], %(means)s::float8[], %(counts)s::bigint[], %(nonfinites)s::bigint[])
+         AS w (metric, step, last, min, max, mean, count, nonfinite)
+    WHERE EXISTS (SELECT 1 FROM ins)
+)
+SELECT newest FROM ins
+"""
+"""One report's rows in one statement; a row ``(newest,)`` when the report was new, none for a duplicate."""
+
+POINTS_SQL = (
+    "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
+    "SELECT %s, w.* FROM unnest(%s::text[], %s::bigint[], %s::float8[], %s::float8[], %s::float8[], "
+    "%s::float8[], %s::float8[], %s::bigint[], %s::bigint[]) AS w"
+)
+"""Windows of one job, as columns (name, step, t, last, min, max, mean, count, nonfinite)."""
+
+
+class ReportFailed(Exception):
+    """A report of a batch failed where the batch had no savepoints: write it again with them."""
+
+
+def write_reports(
+    store: PostgresStore, conn: Connection, batch: Sequence[PendingReport], isolate: bool
+) -> list[IngestResult | StoreError]:
+    """Write a batch in the store's open transaction; each report gets its result or its own error.
+
+    ``isolate``: a savepoint per report (else the first failure raises :class:`ReportFailed`).
+    """
+    ids = sorted({item.job.id for item in batch})
+    # the rows of every job of the batch, locked in id order: two replicas never deadlock over them
+    locked = conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (ids,))
+    commands = conn.execute(
+        "SELECT job_id, id, kind, reason FROM commands WHERE job_id = ANY(%s) AND acked_at IS NULL "
+        "ORDER BY job_id, created_at",
+        (ids,),
+    )
+    for row in locked.fetchall():
+        store._remember(job_from_row(row))
+    pending: dict[int, list[Command]] = {i: [] for i in ids}
+    for job_id, command_id, kind, reason in commands.fetchall():
+        pending[job_id].append(Command(id=command_id, kind=kind, reason=reason))
+    changed: dict[int, dict[str, Any]] = {}
+    known = [item for item in batch if item.job.id in store._remembered]
+    results: dict[int, IngestResult | StoreError] = {}
+    if isolate:
+        for item in known:
+            results[id(item)] = _isolated(store, conn, item, pending, changed)
+    else:
+        try:
+            cursors = [conn.execute(INGEST_SQL, _params(item)) for item in known]  # sent together
+            answers = [cursor.fetchone() for cursor in cursors]  # one wait for all
+            for item, answer in zip(known, answers):
+                results[id(item)] = _apply(store, conn, item, answer, pending, changed)
+        except psycopg.Error as exc:
+            raise ReportFailed from exc
+    for job_id, updates in changed.items():
+        columns = ", ".join(f"{k} = %s" for k in updates)
+        conn.execute(
+            f"UPDATE jobs SET {columns} WHERE id = %s", (*[column_value(k, v) for k, v in updates.items()], job_id)
+        )
+    return [
+        results.get(id(item)) or StoreError(f"the report of job {item.job.key} is not in the database")
+        for item in batch
+    ]
+
+
+def _isolated(
+    store: PostgresStore,
+    conn: Connection,
+    item: PendingReport,
+    pending: dict[int, list[Command]],
+    changed: dict[int, dict[str, Any]],
+) -> IngestResult | StoreError:
+    job_id = item.job.id
+    before = (store._remembered[job_id], dict(changed.get(job_id, {})), list(pending[job_id]))
+    try:
+        with conn.transaction():
+            answer = conn.execute(INGEST_SQL, _params(item)).fetchone()
+            return _apply(store, conn, item, answer, pending, changed)
+    except psycopg.Error as exc:
+        store._remembered[job_id], changed[job_id], pending[job_id] = before
+        return StoreError(f"the report of job {item.job.key} could not be stored: {exc}")
+
+
+def _params(item: PendingReport) -> dict[str, Any]:
+    report, windows = item.report, item.report.metrics
+    return {
+        "job": item.job.id,
+        "rank": report.identity.rank,
+        "run": report.run_id,
+        "seq": report.seq,
+        "now": item.now,
+        "sent": report.sent_at,
+        "step": report.progress.step,
+        "step_time": report.progress.step_time,
+        "host": report.identity.host,
+        "pid": report.identity.pid,
+        "gpus": json.dumps([g.to_dict() for g in report.gpus]),
+        "metrics": _array(_quoted(w.name) for w in windows),
+        "steps": _array(str(w.last_step) for w in windows),
+        "lasts": _array(repr(w.last) for w in windows),
+        "mins": _array(_float(w.min) for w in windows),
+        "maxs": _array(_float(w.max) for w in windows),
+        "means": _array(_float(w.mean) for w in windows),
+        "counts": _array(str(w.count) for w in windows),
+        "nonfinites": _array(str(w.nonfinite) for w in windows),
+    }
+
+
+# Arrays as PostgreSQL's text literals: psycopg's list dumper inspects every element for its type,
+# which cost more than the rest of a report's work; these values' types are known.
+
+
+def _array(items: Iterable[str]) -> str:
+    return "{" + ",".join(items) + "}"
+
+
+def _float(value: float | None) -> str:
+    return "NULL" if value is None else repr(value)  # repr: nan, inf and -inf, which PostgreSQL reads
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _apply(
+    store: PostgresStore,
+    conn: Connection,
+    item: PendingReport,
+    answer: tuple[Any, ...] | None,
+    pending: dict[int, list[Command]],
+    changed: dict[int, dict[str, Any]],
+) -> IngestResult:
+    """What a stored report changes (``answer``: :data:`INGEST_SQL`'s row, ``None`` for a duplicate)."""
+    job = store._remembered[item.job.id][0]
+    report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
+    if answer is None:
+        return IngestResult(job=job, duplicate=True, commands=tuple(pending[job.id][:16]))
+    newest = bool(answer[0])
+    if report.metrics:
+        store._count_windows(conn, job.id, [w.name for w in report.metrics])
+    if report.acks:
+        acked = conn.execute(
+            "UPDATE commands SET acked_at = %s WHERE job_id = %s AND acked_at IS NULL AND id = ANY(%s) "
+            "RETURNING id, kind",
+            (now, job.id, list(report.acks)),
+        ).fetchall()
+        for command_id, kind in acked:
+            store._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+        done = {command_id for command_id, _ in acked}
+        pending[job.id] = [c for c in pending[job.id] if c.id not in done]
+    updates: dict[str, Any] = {"updated_at": now, "last_report_at": now}
+    sample = None
+    if identity.rank == 0 and newest:
+        updates.update(
+            step=progress.step,
+            epoch=progress.epoch,
+            samples=progress.samples,
+            steps_per_second=progress.steps_per_second,
+            samples_per_second=progress.samples_per_second,
+            world_size=identity.world_size,
+        )
+        if progress.total_steps is not None:
+            updates["total_steps"] = progress.total_steps
+        if progress.total_epochs is not None:
+            updates["total_epochs"] = progress.total_epochs
+        if progress.eta_seconds is not None:
+            updates["reported_eta"] = progress.eta_seconds
+        if item.estimate is not None:
+            updates.update(eta_seconds=item.estimate[0], eta_rate=item.estimate[1], eta_at=now)
+        if progress.step is not None:
+            sample = ProgressSample(now, progress.step)
+    if report.params is not None:  # params only grow: a run's later ones add to those it started with
+        updates["params"] = {**job.params, **report.params}
+    if report.metrics and newest:  # a late report is history, not the latest values
+        updates["last_metrics"] = {**job.last_metrics, **{w.name: w.last for w in report.metrics}}
+    if report.metrics:
+        updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
+    store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
+    fresh = replace(job, **updates)
+    store._remember(fresh)
+    changed.setdefault(job.id, {}).update(updates)
+    return IngestResult(
+        job=fresh, duplicate=False, commands=tuple(pending[job.id][:16]), new_points=report.metrics, sample=sample
+    )
+
+
+def write_status(store: PostgresStore, conn: Connection, job: Job, status: TrainerStatus, now: float) -> IngestResult:
+    """Write an upstream status in the store's open transaction: progress, ETA, numeric metrics as windows."""
+    values: dict[str, float] = {}
+    for metric in status.metrics:
+        try:
+            values[metric.name] = float(metric.value)
+        except ValueError:
+            continue  # upstream allows any string; only numbers become history
+    sent_at = now if status.last_updated_time is None else parse_rfc3339(status.last_updated_time)
+    step = values.pop("current_step", None)
+    total = values.pop("total_steps", None)
+    epoch = values.pop("current_epoch", None)
+    total_epochs = values.pop("total_epochs", None)
+    try:
+        job = store._current(conn, job.id)
+    except KeyError:
+        raise StoreError(f"job {job.key} is not in the database") from None
+    step_int = int(step) if step is not None and math.isfinite(step) and step >= 0 else job.step
+    # each POST replaces the whole status upstream: every one is kept, none is a duplicate
+    conn.execute(
+        "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
+        "SELECT %s, 'kubeflow', 0, COALESCE(MAX(seq), -1) + 1, %s::float8, %s::float8, %s::bigint "
+        "FROM reports WHERE job_id = %s AND run_id = 'kubeflow' AND rank = 0",
+        (job.id, now, sent_at, step_int, job.id),
+    )
+    windows = [_one_value_window(name, value, step_int or 0) for name, value in values.items()]
+    if windows:
+        store._count_windows(conn, job.id, [w.name for w in windows])
+        columns = [(w.name, w.last_step, now, w.last, w.min, w.max, w.mean, 1, w.nonfinite) for w in windows]
+        conn.execute(POINTS_SQL, (job.id, *(list(c) for c in zip(*columns))))
+    updates: dict[str, Any] = {
+        "updated_at": now,
+        "last_report_at": now,
+        "step": step_int,
+        "reported_progress": status.progress_percentage,
+        "reported_eta": status.estimated_remaining_seconds,
+        "last_metrics": {**job.last_metrics, **values},
+        "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
+        "source": "kubeflow",
+    }
+    if total is not None and math.isfinite(total) and total >= 1:
+        updates["total_steps"] = int(total)
+    if epoch is not None and math.isfinite(epoch):
+        updates["epoch"] = epoch
+    if total_epochs is not None and math.isfinite(total_epochs) and total_epochs > 0:
+        updates["total_epochs"] = total_epochs
+    store._transition(conn, job, updates, "running", "", now, rank0=True)
+    fresh = store._update(conn, job, updates)
+    sample = None if step_int is None else ProgressSample(now, step_int)
+    return IngestResult(job=fresh, duplicate=False, new_points=tuple(windows), sample=sample)
+
+
+def _one_value_window(name: str, value: float, step: int) -> MetricWindow:
+    finite = math.isfinite(value)
+    return MetricWindow(
+        name=name,
+        last=value,
+        min=value if finite else None,
+        max=value if finite else None,
+        mean=value if finite else None,
+        count=1,
+        nonfinite=0 if finite else 1,
+        first_step=step,
+        last_step=step,
+    )

@@ -1,0 +1,112 @@
+"""``LISTEN`` in a thread: a PostgreSQL database's notifications handed to callbacks, reconnecting.
+
+One connection per process, kept open: it listens on a few channels, waits on its socket (and on a
+pipe that :meth:`Listener.close` writes to, so closing takes no timeout), and hands each payload to
+the callback of its channel. A lost connection is reported (``on_state(False)``) and reopened with
+backoff; notifications sent while it was away are lost, which is why the store stops trusting its
+cache until ``on_state(True)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["Listener"]
+
+_log = logging.getLogger("stepwatch.server")
+
+
+class Listener:
+    """Listens on ``channels`` (name to callback) through connections made by ``connect``."""
+
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[tuple[Any, ...]]],
+        channels: dict[str, Callable[[str], None]],
+        on_state: Callable[[bool], None],
+        keepalive_s: float = 30.0,
+    ) -> None:
+        self._connect = connect
+        self._channels = channels
+        self._on_state = on_state
+        self._keepalive_s = keepalive_s
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        self.connected = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stepwatch-listen", daemon=True)
+
+    def start(self, wait_s: float = 10.0) -> bool:
+        """Start listening; whether the first connection listens within ``wait_s``."""
+        self._thread.start()
+        return self.connected.wait(wait_s)
+
+    def close(self) -> None:
+        """Stop listening and close the connection (at once: the thread is woken)."""
+        self._stop.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        if self._thread.is_alive():
+            self._thread.join(10)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _dispatch(self, notify: psycopg.Notify) -> None:
+        callback = self._channels.get(notify.channel)
+        if callback is None:
+            return
+        try:
+            callback(notify.payload)
+        except Exception:
+            _log.exception("a notification on %s could not be handled", notify.channel)
+
+    def _run(self) -> None:
+        delay = 0.1
+        while not self._stop.is_set():
+            conn: psycopg.Connection[tuple[Any, ...]] | None = None
+            try:
+                conn = self._connect()
+                conn.add_notify_handler(self._dispatch)  # those that arrive while a statement runs
+                for channel in self._channels:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                self._on_state(True)
+                self.connected.set()
+                delay = 0.1
+                self._listen(conn)
+            except Exception as exc:
+                if not self._stop.is_set():
+                    _log.warning("listening to the database failed (%s); retrying in %.1f s", exc, delay)
+            finally:
+                if self.connected.is_set():
+                    self.connected.clear()
+                    self._on_state(False)
+                if conn is not None:
+                    conn.close()
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2, 5.0)
+
+    def _listen(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        pgconn = conn.pgconn
+        while not self._stop.is_set():
+            readable, _, _ = select.select([pgconn.socket, self._wake_r], [], [], self._keepalive_s)
+            if self._wake_r in readable:
+                return
+            if not readable:
+                conn.execute("SELECT 1")  # a connection the server dropped shows here, not in select
+                continue
+            pgconn.consume_input()
+            while (notify := pgconn.notifies()) is not None:
+                self._dispatch(psycopg.Notify(notify.relname.decode(), notify.extra.decode(), notify.be_pid))

@@ -1,0 +1,149 @@
+// Charts of metric series with plotly.js (served from the installed plotly package, loaded on first use).
+// Every string that plotly shows goes through escapeMarkup: plotly reads a few HTML-like tags in texts.
+
+import { escapeMarkup } from "./dom.js";
+import { num } from "./format.js";
+import { pointValue } from "./state.js";
+
+let loading = null;
+
+/** plotly.js, loaded once, when the first chart is about to be drawn. */
+export function loadPlotly() {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!loading) {
+    loading = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = "/ui/vendor/plotly.min.js";
+      script.onload = () => (window.Plotly ? resolve(window.Plotly) : reject(new Error(window.STEPWATCH_NO_CHARTS || "plotly.js did not load")));
+      script.onerror = () => {
+        loading = null;
+        reject(new Error("plotly.js could not be loaded from the server"));
+      };
+      document.head.append(script);
+    });
+  }
+  return loading;
+}
+
+/** Colour-blind-safe (Okabe-Ito), distinct in light and dark. */
+export const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999"];
+
+function css(name, fallback) {
+  const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  return v || fallback;
+}
+
+/** Exponential moving average, debiased like TensorBoard's; gaps (NaN, null) are skipped, not spread. */
+export function smooth(values, weight) {
+  if (!weight) return values;
+  let last = 0;
+  let n = 0;
+  return values.map((v) => {
+    if (v === null || !Number.isFinite(v)) return null;
+    last = last * weight + (1 - weight) * v;
+    n += 1;
+    // 12 digits: the debiasing's rounding noise would make a constant series (a fixed learning rate) zigzag
+    return Number((last / (1 - weight ** n)).toPrecision(12));
+  });
+}
+
+/** Convert stored windows (history points, or live points with their time) to plottable columns. */
+export function columns(points) {
+  const steps = [];
+  const times = [];
+  const values = [];
+  const mins = [];
+  const maxs = [];
+  const bad = [];
+  for (const p of points) {
+    steps.push(p.step);
+    times.push(new Date(p.t * 1000));
+    const v = pointValue(p);
+    values.push(v === null || !Number.isFinite(v) ? null : v);
+    mins.push(p.min ?? null);
+    maxs.push(p.max ?? null);
+    const last = num(p.last);
+    bad.push(p.nonfinite > 0 || (last !== null && !Number.isFinite(last)) ? p.nonfinite || 1 : 0);
+  }
+  return { steps, times, values, mins, maxs, bad };
+}
+
+/**
+ * The traces of one series: the min-max band (optional), the raw line (faint when smoothed), the
+ * smoothed line, and a marker at the top of the chart for every window that held NaN or Inf.
+ */
+export function seriesTraces(points, { name, color = PALETTE[0], xAxis = "step", smoothing = 0, band = false, nanMarkers = true }) {
+  const c = columns(points);
+  const x = xAxis === "time" ? c.times : c.steps;
+  const label = escapeMarkup(name);
+  const traces = [];
+  if (band) {
+    // windows with no finite value have no band: leave them out (a gap in a filled band draws wrong)
+    const keep = c.mins.map((v, i) => v !== null && c.maxs[i] !== null);
+    const bx = x.filter((_, i) => keep[i]);
+    traces.push({ x: bx, y: c.mins.filter((_, i) => keep[i]), type: "scatter", mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false, name: `${label} min` });
+    traces.push({ x: bx, y: c.maxs.filter((_, i) => keep[i]), type: "scatter", mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: `${color}33`, hoverinfo: "skip", showlegend: false, name: `${label} max` });
+  }
+  traces.push({
+    x, y: c.values, type: "scatter", mode: points.length < 3 ? "lines+markers" : "lines", name: label,
+    line: { color, width: smoothing ? 1 : 1.6 }, opacity: smoothing ? 0.3 : 1,
+    hovertemplate: `%{y:.6g}<extra>${label}${smoothing ? " (raw)" : ""}</extra>`,
+    showlegend: !smoothing,
+  });
+  if (smoothing) {
+    traces.push({
+      x, y: smooth(c.values, smoothing), type: "scatter", mode: "lines", name: label, line: { color, width: 1.8 },
+      hovertemplate: `%{y:.6g}<extra>${label} (smoothed)</extra>`,
+    });
+  }
+  if (nanMarkers) {
+    const nx = [];
+    const text = [];
+    c.bad.forEach((count, i) => {
+      if (count) {
+        nx.push(x[i]);
+        text.push(`${count} NaN/Inf value${count === 1 ? "" : "s"} at step ${c.steps[i]}`);
+      }
+    });
+    if (nx.length) {
+      traces.push({
+        x: nx, y: nx.map(() => 0.96), yaxis: "y2", type: "scatter", mode: "markers", name: `${label} NaN/Inf`,
+        marker: { symbol: "x", size: 9, color: css("--bad", "#c62828") }, text, hovertemplate: "%{text}<extra></extra>",
+        showlegend: false,
+      });
+    }
+  }
+  return traces;
+}
+
+export function chartLayout({ title, xAxis = "step", log = false, height = 230, legend = false }) {
+  const fg = css("--fg", "#1b1f24");
+  const grid = css("--grid", "#d0d7de");
+  return {
+    title: { text: escapeMarkup(title), font: { size: 13, color: fg }, x: 0.01, xanchor: "left" },
+    height,
+    margin: { l: 52, r: 12, t: 30, b: 36 },
+    paper_bgcolor: "rgba(0,0,0,0)",
+    plot_bgcolor: "rgba(0,0,0,0)",
+    font: { color: fg, size: 11 },
+    hovermode: "x unified",
+    showlegend: legend,
+    legend: { orientation: "h", y: -0.25 },
+    xaxis: { title: { text: xAxis === "time" ? "time" : "step" }, type: xAxis === "time" ? "date" : "linear", gridcolor: grid, zeroline: false },
+    yaxis: { type: log ? "log" : "linear", gridcolor: grid, zeroline: false, exponentformat: "e", automargin: true },
+    yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true },
+  };
+}
+
+export const CHART_CONFIG = {
+  responsive: true,
+  displaylogo: false,
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "toImage"],
+};
+
+/** Draw or redraw a chart in place (plotly keeps the zoom when uirevision stays the same). */
+export async function draw(div, traces, layout) {
+  const Plotly = await loadPlotly();
+  layout.uirevision = div.dataset.uirevision || "keep";
+  await Plotly.react(div, traces, layout, CHART_CONFIG);
+}

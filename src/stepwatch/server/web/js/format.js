@@ -1,0 +1,118 @@
+// How figures are written: numbers, money, durations, times. Unknown is "—", never 0.
+
+export const DASH = "—";
+
+/** A wire float: a number, or "NaN" / "Infinity" / "-Infinity" (non-finite values travel as strings). */
+export function num(value) {
+  if (typeof value === "number") return value;
+  if (value === "NaN") return NaN;
+  if (value === "Infinity") return Infinity;
+  if (value === "-Infinity") return -Infinity;
+  return null;
+}
+
+export function fmtNum(value, digits = 4) {
+  const v = num(value);
+  if (v === null) return DASH;
+  if (Number.isNaN(v)) return "NaN";
+  if (!Number.isFinite(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  if (a >= 1e6 || a < 1e-3) return v.toExponential(Math.max(digits - 2, 1));
+  return String(Number(v.toPrecision(digits)));
+}
+
+export function fmtInt(value) {
+  return value === null || value === undefined ? DASH : Math.round(value).toLocaleString("en-US");
+}
+
+export function fmtPercent(value) {
+  return value === null || value === undefined ? DASH : `${value >= 99.95 || value === 0 ? value.toFixed(0) : value.toFixed(1)}%`;
+}
+
+export function fmtMoney(value, digits = 2) {
+  if (value === null || value === undefined) return DASH;
+  return `$${value.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits })}`;
+}
+
+export function fmtDuration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return DASH;
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${String(s % 60).padStart(2, "0")}s`;
+  const hours = Math.floor(m / 60);
+  if (hours < 48) return `${hours}h ${String(m % 60).padStart(2, "0")}m`;
+  return `${Math.floor(hours / 24)}d ${hours % 24}h`;
+}
+
+/** A clock time; with the weekday when it is not today. */
+export function fmtClock(epochSeconds) {
+  if (epochSeconds === null || epochSeconds === undefined) return DASH;
+  const d = new Date(epochSeconds * 1000);
+  const now = new Date();
+  const time = d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
+  if (d.toDateString() === now.toDateString()) return time;
+  return `${d.toLocaleDateString("en-GB", { weekday: "short", day: "numeric", month: "short" })} ${time}`;
+}
+
+export function fmtDateTime(epochSeconds) {
+  if (epochSeconds === null || epochSeconds === undefined) return DASH;
+  return new Date(epochSeconds * 1000).toLocaleString("en-GB", {
+    day: "numeric", month: "short", hour: "2-digit", minute: "2-digit", second: "2-digit",
+  });
+}
+
+export function fmtOf(x, y, digits = 0) {
+  if (x === null || x === undefined) return DASH;
+  const a = digits ? Number(x).toFixed(digits) : fmtInt(x);
+  return y === null || y === undefined ? a : `${a} / ${digits ? Number(y).toFixed(digits) : fmtInt(y)}`;
+}
+
+export const HEALTH_LABELS = {
+  healthy: "healthy", stalled: "stalled", not_learning: "not learning", diverging: "diverging",
+  straggling: "straggling", unknown: "unknown",
+};
+export const HEALTH_STATES = Object.keys(HEALTH_LABELS);
+export const JOB_STATES = ["pending", "running", "finished", "failed", "stopped"];
+export const ENDED = new Set(["finished", "failed", "stopped"]);
+/** Worst first: what an admin looks at first. */
+export const HEALTH_SEVERITY = { diverging: 0, stalled: 1, not_learning: 2, straggling: 3, unknown: 4, healthy: 5 };
+export const BAD_HEALTH = new Set(["diverging", "stalled", "not_learning", "straggling"]);
+
+export function healthLabel(state) {
+  return HEALTH_LABELS[state] || String(state);
+}
+
+/** A class-safe token for a known state (unknown values get a neutral class, never their own text). */
+export function stateClass(prefix, value, known) {
+  return `${prefix}-${known.includes(value) ? value : "other"}`;
+}
+
+/** The metric a job's "loss" column shows. */
+export function lossMetric(metrics) {
+  const names = Object.keys(metrics || {});
+  for (const preferred of ["loss", "train/loss", "train_loss", "training_loss"]) if (names.includes(preferred)) return preferred;
+  return names.find((n) => /loss/i.test(n) && !/^eval|^val|^test/i.test(n)) || names.find((n) => /loss/i.test(n)) || null;
+}
+
+/** Which way is better for a metric: -1 lower, +1 higher, 0 neither (learning rate, grad norm...). */
+export function betterDirection(name) {
+  if (/(^|[/_.\-])(lr|learning_rate|grad_norm|epoch|step)$/i.test(name)) return 0;
+  if (/loss|err|perplex|ppl|wer|cer|mse|mae|rmse|nll/i.test(name)) return -1;
+  if (/acc|f1|auc|bleu|rouge|reward|precision|recall|score|map|iou|exact_match/i.test(name)) return 1;
+  return 0;
+}
+
+/** Order metric names as a training person reads them: losses, eval, rates, norms, throughput, rest. */
+export function metricOrder(names) {
+  const rank = (n) => {
+    if (lossMetric({ [n]: 0 }) && !/^eval|^val/i.test(n)) return 0;
+    if (/^eval|^val|^test/i.test(n)) return 1;
+    if (/lr|learning_rate/i.test(n)) return 2;
+    if (/grad/i.test(n)) return 3;
+    if (/per_second|throughput|tokens|samples/i.test(n)) return 4;
+    return 5;
+  };
+  return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+}

@@ -1,0 +1,437 @@
+"""Health of a job: detection and its delay on generated curves, and no false alarm on healthy ones.
+
+Curves are generated here (seeded ``random``): a job steps 8 steps per 2 s report, its loss per step
+is a function times log-normal noise (5 % unless a test says otherwise), and the tracker is fed as
+the server feeds it (progress, then the window, then a verdict), with a sweep every 2 s while no
+report arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
+
+import pytest
+
+from stepwatch.server.analysis.health import HEALTH_STATES, HealthParams, HealthTracker, Verdict, replay
+from stepwatch.server.store.base import HEALTH_STATES as STORE_STATES
+
+STEPS = 8  # steps per report
+EVERY = 2.0  # seconds between reports
+
+
+@dataclass
+class W:
+    """A stored window, as the store returns it."""
+
+    t: float
+    step: int
+    last: float
+    min: float | None
+    max: float | None
+    mean: float | None
+    count: int
+    nonfinite: int
+
+
+class Sim:
+    """A job on a server clock: reports of rank 0 (and heartbeats of other ranks), verdicts after each."""
+
+    def __init__(
+        self, tracker: HealthTracker | None = None, seed: int = 0, total: int | None = None, noise: float = 0.05
+    ) -> None:
+        self.tr = tracker or HealthTracker()
+        self.rng = random.Random(seed)
+        self.noise = noise
+        self.t = 1000.0
+        self.step = 0
+        self.total = total
+        self.verdicts: list[tuple[float, int, Verdict]] = []
+        self.windows: list[W] = []
+
+    def report(
+        self, loss: Callable[[int], float] | None, advance: int = STEPS, ranks: dict[int, int] | None = None
+    ) -> Verdict:
+        self.t += EVERY
+        first = self.step + 1
+        self.step += advance
+        self.tr.observe_progress(self.t, 0, self.step, self.total)
+        for rank, step in (ranks or {}).items():
+            self.tr.observe_progress(self.t, rank, step)
+        if loss is not None and advance > 0:
+            values = [loss(s) * math.exp(self.rng.gauss(0, self.noise)) for s in range(first, self.step + 1)]
+            finite = [v for v in values if math.isfinite(v)]
+            w = W(
+                self.t,
+                self.step,
+                values[-1],
+                min(finite) if finite else None,
+                max(finite) if finite else None,
+                sum(finite) / len(finite) if finite else None,
+                len(values),
+                len(values) - len(finite),
+            )
+            self.windows.append(w)
+            self.tr.observe_window(w.t, w.step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, first)
+        return self.verdict()
+
+    def sweep(self, seconds: float = EVERY) -> Verdict:
+        self.t += seconds
+        return self.verdict()
+
+    def verdict(self) -> Verdict:
+        v = self.tr.verdict(self.t)
+        self.verdicts.append((self.t, self.step, v))
+        return v
+
+    def first(self, state: str, after: float = 0.0) -> float | None:
+        return next((t for t, _, v in self.verdicts if v.state == state and t > after), None)
+
+    def states(self) -> set[str]:
+        return {v.state for _, _, v in self.verdicts}
+
+
+def decay(s: int) -> float:
+    """A loss that keeps learning: 1 + 3 exp(-s / 4000) (1.4 % per 100 s even at step 12,000)."""
+    return 1.0 + 3.0 * math.exp(-s / 4000)
+
+
+def run_steps(sim: Sim, loss: Callable[[int], float] | None, reports: int, **kw: object) -> None:
+    for _ in range(reports):
+        sim.report(loss, **kw)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_states_agree_with_the_store() -> None:
+    assert HEALTH_STATES == STORE_STATES
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_healthy_decay_with_spikes_and_a_warm_up_bump_raises_no_alarm(seed: int) -> None:
+    rng = random.Random(seed)
+    spikes = set()
+    for _ in range(5):
+        start = rng.randrange(2000, 11000)
+        spikes.update(range(start, start + 40))  # loss spikes of 2.5x for 40 steps that recover
+
+    def loss(s: int) -> float:
+        bump = 1 + 0.3 * math.exp(-(((s - 600) / 200) ** 2))  # the learning-rate warm-up bump
+        return decay(s) * bump * (2.5 if s in spikes else 1.0) * (1.3 if s % 1000 < 24 else 1.0)
+
+    sim = Sim(seed=seed, total=14_000)
+    run_steps(sim, loss, 14_000 // STEPS - 40)  # stop before the schedule's tail
+    assert sim.states() <= {"healthy", "unknown"}, [
+        v.evidence["message"] for *_, v in sim.verdicts if v.state != "healthy"
+    ][:3]
+
+
+def test_plateau_is_found_within_the_window_and_says_since_when() -> None:
+    plateau_at = 6000
+    sim = Sim(total=40_000)  # planned 10,000 s: the window is its 8 %, capped at 600 s
+    run_steps(sim, lambda s: decay(min(s, plateau_at)), 14_000 // STEPS)
+    t_plateau = next(t for t, step, _ in sim.verdicts if step >= plateau_at)
+    found = sim.first("not_learning")
+    assert found is not None and t_plateau + 600 < found <= t_plateau + 900  # the 15 min target
+    v = next(v for _, _, v in sim.verdicts if v.state == "not_learning")
+    assert v.since is not None and v.since <= found - 600
+    ev = v.evidence
+    assert set(ev) >= {"metric", "window", "threshold", "observed", "since", "message"}
+    assert ev["metric"] == "loss" and ev["threshold"] == 0.01 and ev["observed"] < 0.01
+    assert "has not improved by 1%" in ev["message"] and "best" in ev["message"]
+    json.dumps(ev)
+
+
+def power_tail(s: int) -> float:
+    """A power-law loss: 2 + 6 (1 + s/150)^-0.6; late in a long run it improves by well under 1 % per 10 min."""
+    return 2.0 + 6.0 * (1 + s / 150) ** -0.6
+
+
+def test_a_slow_tail_that_improves_by_more_than_its_noise_is_still_learning() -> None:
+    # 60,000 steps (planned 4 h), 2 % per-step noise: from step ~25,000 the loss improves by 0.3-0.6 % per
+    # 10 min window, under min_delta, yet by several standard errors over the last three windows
+    total = 60_000
+    sim = Sim(total=total, noise=0.02, seed=3)
+    run_steps(sim, power_tail, total // STEPS - 40)
+    assert "not_learning" not in sim.states(), [
+        v.evidence["message"] for *_, v in sim.verdicts if v.state != "healthy"
+    ][:2]
+    late = sim.verdicts[-1][2].evidence
+    assert late["gain"] < 0.01 and late["noise"] > 0  # under min_delta per window: the noise decides
+    # the plain rule (min_delta only) calls the same tail a plateau
+    plain = Sim(HealthTracker(HealthParams(noise_z=math.inf)), total=total, noise=0.02, seed=3)
+    run_steps(plain, power_tail, total // STEPS - 40)
+    assert "not_learning" in plain.states()
+
+
+def test_a_plateau_in_heavy_noise_is_found_within_the_target() -> None:
+    total, plateau_at = 24_000, 5_000  # planned 6,000 s: the target is 600 s
+    sim = Sim(total=total, noise=0.1, seed=1)  # 10 % per step: twice the usual
+    run_steps(sim, lambda s: decay(min(s, plateau_at)), total // STEPS - 40)
+    t_plateau = next(t for t, step, _ in sim.verdicts if step >= plateau_at)
+    found = sim.first("not_learning")
+    assert found is not None and t_plateau < found <= t_plateau + 0.1 * total / 4
+    v = next(v for _, _, v in sim.verdicts if v.state == "not_learning")
+    assert v.evidence["noise"] > 0.005 and v.evidence["noise_z"] == 2.0
+    assert v.since is not None and abs(v.since - t_plateau) < 300  # about when it stopped improving
+
+
+def test_a_plateau_after_a_slow_tail_is_found_later() -> None:
+    # before the plateau the loss improves by ~1.3 % per window, about two standard errors of one window
+    # at 10 % noise: the longer history shows it learning, and only a history gone flat shows the
+    # plateau (the price of no false alarms on slow tails; docs/health.md)
+    total, plateau_at = 24_000, 9_000
+    sim = Sim(total=total, noise=0.1, seed=1)
+    run_steps(sim, lambda s: power_tail(min(s, plateau_at)), total // STEPS - 40)
+    t_plateau = next(t for t, step, _ in sim.verdicts if step >= plateau_at)
+    found = sim.first("not_learning")
+    assert found is not None and t_plateau < found <= t_plateau + 3 * 0.1 * total / 4
+
+
+def cosine_loss(total: int, floor: float = 0.0) -> Callable[[int], float]:
+    """Loss of a run with a 5 % warm-up and a cosine decay of the learning rate to ``floor``."""
+    warm = total // 20
+    lrs = [
+        (s + 1) / warm if s < warm else max(0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))), floor)
+        for s in range(total + 1)
+    ]
+    progress, acc = [], 0.0
+    for lr in lrs:
+        acc += lr
+        progress.append(acc)
+    return lambda s: (2.0 + 6.0 * (1 + progress[s] / 150) ** -0.6) * (1 + 0.03 * lrs[s])
+
+
+def test_the_flat_end_of_a_cosine_schedule_is_not_a_plateau() -> None:
+    total = 16_000
+    sim = Sim(total=total, seed=2)
+    run_steps(sim, cosine_loss(total), total // STEPS)
+    assert "not_learning" not in sim.states()
+    assert "the last planned steps are not judged" in sim.verdicts[-1][2].evidence["message"]
+
+
+def test_a_plateau_before_the_schedules_end_stays_flagged_in_it() -> None:
+    total = 16_000
+    sim = Sim(total=total, seed=2)
+    run_steps(sim, lambda s: decay(min(s, 6000)), total // STEPS)
+    assert sim.verdicts[-1][2].state == "not_learning"
+
+
+def test_a_recovering_spike_is_not_a_plateau_but_a_lasting_rise_is() -> None:
+    sim = Sim(total=20_000)
+    run_steps(sim, decay, 800)
+    start = sim.step
+    run_steps(sim, lambda s: decay(s) * (1 + 1.5 * math.exp(-(s - start) / 60)), 300)  # 2.5x, recovers
+    assert "not_learning" not in sim.states()
+    rise_at = sim.t
+    base, begin = decay(sim.step), sim.step
+    run_steps(sim, lambda s: base * (1 + 0.3 * (s - begin) / 8000), 600)  # worse by 3.6 % per 10 min
+    found = sim.first("not_learning")
+    assert found is not None and rise_at < found <= rise_at + 2 * 600 + 300
+    assert "diverging" not in sim.states()
+
+
+def test_a_plateau_does_not_flap_on_noise() -> None:
+    sim = Sim(seed=4)
+    run_steps(sim, lambda s: decay(min(s, 3000)), 5400)  # 3 h flat after 12 min
+    states = [v.state for *_, v in sim.verdicts]
+    changes = sum(1 for a, b in pairwise(states) if a != b)
+    assert states[-1] == "not_learning" and changes <= 2  # unknown/healthy -> not_learning, once
+
+
+def test_a_short_job_with_short_windows_is_judged() -> None:
+    # the demo's knobs: a 30 s plateau window holds 15 reports, under plateau_min_windows; the test
+    # counts the windows of its whole history, so a run of a few minutes is judged too
+    quick = HealthParams(warmup_s=20, plateau_min_s=30)
+    sim = Sim(HealthTracker(quick), total=2000)  # planned 500 s
+    run_steps(sim, lambda s: 1 + 3 * math.exp(-min(s, 800) / 200), 2000 // STEPS)
+    t_plateau = next(t for t, step, _ in sim.verdicts if step >= 800)
+    found = sim.first("not_learning")  # with 5 % noise in 35 s windows: once the 3-window history is flat
+    assert found is not None and t_plateau < found <= t_plateau + 4 * 35
+    assert sim.verdicts[-1][2].state == "not_learning"  # and no recovery on noise
+
+
+def test_plateau_memory_is_bounded() -> None:
+    tr = HealthTracker()
+    sim = Sim(tr)
+    run_steps(sim, decay, 6000)  # 3.3 h of reports
+    plateau = tr._plateau
+    assert plateau.keep <= len(plateau) <= 2 * plateau.keep  # trimmed, never past the bound
+
+
+def test_recovery_from_a_plateau_says_so() -> None:
+    sim = Sim()
+    run_steps(sim, lambda s: decay(min(s, 3000)), 7000 // STEPS)
+    assert sim.verdicts[-1][2].state == "not_learning"
+    run_steps(sim, lambda s: decay(3000) * (1 - 0.2 * min((s - 7000) / 800, 1.0)), 200)
+    v = sim.verdicts[-1][2]
+    assert v.state == "healthy" and v.evidence["recovered_from"] == "not_learning"
+    assert v.evidence["message"].startswith("recovered from not_learning")
+
+
+def test_accuracy_is_maximised() -> None:
+    acc = lambda s: 0.9 - 0.8 * math.exp(-min(s, 6000) / 1500)  # noqa: E731
+    sim = Sim(HealthTracker(metric="accuracy", direction="max"))
+    run_steps(sim, acc, 6000 // STEPS)
+    assert sim.states() <= {"healthy", "unknown"}
+    run_steps(sim, acc, 500)
+    assert sim.verdicts[-1][2].state == "not_learning"
+    assert sim.verdicts[-1][2].evidence["metric"] == "accuracy"
+
+
+def test_nan_is_diverging_within_one_report_and_clears_after_finite_windows() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 100)
+    v = sim.report(lambda s: math.nan if s % STEPS == 3 else decay(s))
+    assert v.state == "diverging" and v.since == sim.t and "NaN" in v.evidence["message"]
+    run_steps(sim, decay, 9)
+    assert sim.verdicts[-1][2].state == "diverging"
+    v = sim.report(decay)
+    assert v.state == "healthy" and v.evidence["recovered_from"] == "diverging"
+
+
+def test_inf_forever_stays_diverging() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 100)
+    run_steps(sim, lambda s: math.inf, 50)
+    assert {v.state for _, _, v in sim.verdicts[100:]} == {"diverging"}
+    assert "Inf" in sim.verdicts[-1][2].evidence["message"]
+
+
+def test_a_blow_up_is_diverging_a_short_spike_is_not() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 300)
+    run_steps(sim, lambda s: decay(s) * (4.0 if s < 300 * STEPS + 80 else 1.0), 100)  # 20 s at 4x
+    assert "diverging" not in sim.states()
+    start = sim.t
+    run_steps(sim, lambda s: decay(s) * math.exp((s - 400 * STEPS) / 300), 100)
+    found = sim.first("diverging")
+    assert found is not None and found - start < 120
+    assert "2x its best" in sim.verdicts[-1][2].evidence["message"]
+
+
+def test_reports_stop_is_a_stall_within_the_target() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 200)
+    last = sim.t
+    while sim.t < last + 120:
+        sim.sweep()
+    found = sim.first("stalled")
+    assert found is not None and last + 20 < found <= last + 2 * EVERY + 30
+    v = next(v for _, _, v in sim.verdicts if v.state == "stalled")
+    assert v.since == last and v.evidence["metric"] == "reports"
+    assert sim.report(decay).state == "healthy"  # reports again: recovered
+    assert sim.verdicts[-1][2].evidence["recovered_from"] == "stalled"
+
+
+def test_ended_job_is_not_alarmed() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 200)
+    assert sim.tr.verdict(sim.t + 3600, live=False).state == "healthy"
+    assert sim.tr.verdict(sim.t + 3600).state == "stalled"
+
+
+def test_step_standing_with_heartbeats_is_a_stall_but_an_eval_pause_is_not() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 300)
+    run_steps(sim, None, 30, advance=0)  # a 60 s evaluation: reports go on, the step stands
+    run_steps(sim, decay, 100)
+    assert "stalled" not in sim.states()
+    start = sim.t
+    run_steps(sim, None, 150, advance=0)
+    found = sim.first("stalled")
+    assert found is not None and start + 120 < found <= start + 130
+    assert sim.verdicts[-1][2].evidence["metric"] == "step"
+
+
+def test_a_long_pause_seen_once_is_allowed_next_time() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 300)
+    run_steps(sim, None, 90, advance=0)  # 180 s: a stall, then progress
+    run_steps(sim, decay, 100)
+    after = sim.t
+    run_steps(sim, None, 120, advance=0)  # 240 s < 1.5 x 180 s
+    run_steps(sim, decay, 10)
+    assert sim.first("stalled", after=after) is None
+
+
+def test_a_hanging_rank_and_a_straggler() -> None:
+    sim = Sim()
+    for _ in range(100):
+        sim.report(decay, ranks={1: sim.step + STEPS, 2: sim.step + STEPS})
+    hung = sim.t
+    for _ in range(30):
+        sim.report(decay, ranks={2: sim.step + STEPS})  # rank 1 is silent
+    found = sim.first("stalled")
+    assert found is not None and hung + 20 < found <= hung + 2 * EVERY + 30
+    assert sim.verdicts[-1][2].evidence["rank"] == 1
+
+    sim = Sim()
+    slow = 0
+    for i in range(200):
+        slow += STEPS if i < 100 else 3
+        sim.report(decay, ranks={1: sim.step + STEPS, 2: slow})
+    v = sim.verdicts[-1][2]
+    assert v.state == "straggling" and v.evidence["rank"] == 2 and v.evidence["observed"] < 0.5
+
+    sim = Sim()
+    for _ in range(200):
+        sim.report(decay, ranks={1: sim.step + STEPS, 2: min(sim.step + STEPS, 800)})  # rank 2's step stops
+    v = sim.verdicts[-1][2]
+    assert v.state == "stalled" and v.evidence["rank"] == 2 and "while the others move" in v.evidence["message"]
+
+
+def test_a_restart_from_a_checkpoint_is_a_new_segment() -> None:
+    sim = Sim()
+    run_steps(sim, decay, 600)
+    sim.t += 60  # the crash and the restart
+    sim.step = 4000  # resumed from an earlier checkpoint
+    run_steps(sim, lambda s: decay(s) * 1.02, 300)
+    assert sim.states() <= {"healthy", "unknown"}
+
+
+def test_no_loss_is_unknown_never_an_alarm_but_a_stall_is_a_stall() -> None:
+    sim = Sim()
+    run_steps(sim, None, 2000)
+    assert sim.states() == {"unknown"}
+    assert "no value of loss" in sim.verdicts[-1][2].evidence["message"]
+    last = sim.t
+    for _ in range(20):
+        sim.sweep()
+    assert sim.first("stalled") is not None and sim.first("stalled") > last  # type: ignore[operator]
+
+
+def test_server_time_only_and_odd_input() -> None:
+    tr = HealthTracker()
+    assert tr.verdict(0.0).state == "unknown"
+    tr.observe_progress(100.0, 0, 10)
+    tr.observe_progress(50.0, 0, 18)  # an arrival stamped earlier counts as now
+    tr.observe_progress(math.nan, 0, 26)
+    tr.observe_window(math.inf, 26, 1.0, 1.0, 1.0, 1.0, 1, 0)
+    assert tr.verdict(math.nan).state == "unknown"
+    with pytest.raises(ValueError):
+        HealthTracker(direction="up")
+
+
+def test_replay_rebuilds_the_same_verdict() -> None:
+    sim = Sim()
+    run_steps(sim, lambda s: decay(min(s, 3000)), 7000 // STEPS)
+    again = replay(None, "loss", "min", sim.windows)
+    a, b = sim.tr.verdict(sim.t), again.verdict(sim.t)
+    assert a.state == b.state == "not_learning"
+    assert a.since == b.since and a.evidence["best"] == b.evidence["best"]
+
+
+def test_params_are_keyword_knobs() -> None:
+    quick = HealthParams(stall_floor_s=5.0, stall_intervals=2.0)
+    sim = Sim(HealthTracker(quick))
+    run_steps(sim, decay, 50)
+    last = sim.t
+    for _ in range(5):
+        sim.sweep()
+    assert sim.first("stalled") == last + 6.0

@@ -1,0 +1,112 @@
+"""Group commit: reports that arrive together are written together, and each gets its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from stepwatch.server.store import IngestResult, Job, PendingReport, StoreError
+from stepwatch.server.writer import ReportWriter
+
+JOB = Job(id=1, namespace="ns", name="j", attempt=1, state="running", created_at=0.0, updated_at=0.0)
+
+
+class Recorder:
+    """A store's ``ingest_reports`` that records its batches; ``fail`` makes reports (or the batch) fail."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[float]] = []
+        self.fail_items: set[float] = set()
+        self.fail_batch = False
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
+        self.gate.wait(5)
+        if self.fail_batch:
+            raise StoreError("database is locked")
+        self.batches.append([item.now for item in batch])
+        return [
+            StoreError(f"bad {item.now}") if item.now in self.fail_items else IngestResult(job=JOB, duplicate=False)
+            for item in batch
+        ]
+
+
+async def offload(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)
+
+
+def item(now: float) -> PendingReport:
+    return PendingReport(JOB, None, now)  # type: ignore[arg-type]  # the recorder never reads the report
+
+
+def test_reports_that_arrive_while_a_batch_is_written_go_together() -> None:
+    store = Recorder()
+
+    async def main() -> list[IngestResult]:
+        writer = ReportWriter(store, offload)
+        store.gate.clear()  # the first batch waits in its thread while 49 more reports arrive
+        first = asyncio.ensure_future(writer.write(item(0)))
+        await asyncio.sleep(0.05)
+        rest = [asyncio.ensure_future(writer.write(item(n))) for n in range(1, 50)]
+        await asyncio.sleep(0.05)
+        store.gate.set()
+        return [await first, *await asyncio.gather(*rest)]
+
+    results = asyncio.run(main())
+    assert len(results) == 50 and all(not r.duplicate for r in results)
+    assert store.batches == [[0.0], [float(n) for n in range(1, 50)]]
+
+
+def test_a_report_that_fails_fails_alone_and_a_failed_batch_fails_each() -> None:
+    store = Recorder()
+    store.fail_items = {2.0}
+
+    async def main() -> tuple[list[Any], Any]:
+        writer = ReportWriter(store, offload)
+        outcomes = await asyncio.gather(*(writer.write(item(n)) for n in range(4)), return_exceptions=True)
+        store.fail_batch = True
+        failed = await asyncio.gather(writer.write(item(9)), writer.write(item(10)), return_exceptions=True)
+        store.fail_batch = False
+        after = await writer.write(item(11))  # the writer goes on after a failed batch
+        return [*outcomes, *failed], after
+
+    outcomes, after = asyncio.run(main())
+    assert [type(o).__name__ for o in outcomes] == ["IngestResult"] * 2 + ["StoreError"] + ["IngestResult"] + [
+        "StoreError"
+    ] * 2
+    assert "database is locked" in str(outcomes[-1]) and isinstance(after, IngestResult)
+
+
+def test_a_client_that_hangs_up_does_not_cancel_the_batch() -> None:
+    store = Recorder()
+
+    async def main() -> IngestResult:
+        writer = ReportWriter(store, offload, max_batch=8)
+        store.gate.clear()
+        gone = asyncio.ensure_future(writer.write(item(0)))
+        stays = asyncio.ensure_future(writer.write(item(1)))
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        store.gate.set()
+        return await stays
+
+    assert isinstance(asyncio.run(main()), IngestResult)
+    assert store.batches == [[0.0, 1.0]]  # the cancelled report was still stored
+
+
+@pytest.mark.parametrize("max_batch", [1, 3])
+def test_batches_are_bounded(max_batch: int) -> None:
+    store = Recorder()
+
+    async def main() -> None:
+        writer = ReportWriter(store, offload, max_batch=max_batch)
+        await asyncio.gather(*(writer.write(item(n)) for n in range(7)))
+
+    asyncio.run(main())
+    assert max(len(b) for b in store.batches) <= max_batch
+    assert sorted(n for b in store.batches for n in b) == [float(n) for n in range(7)]
