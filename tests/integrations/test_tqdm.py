@@ -132,7 +132,10 @@ def test_the_bar_that_reports_costs_little_more_per_update(monkeypatch: pytest.M
         assert stepwatch.current() is not None  # the bars did report
     finally:
         sw_tqdm._uninstall()
-    assert patched_update < 1.6 * base_update, (base_update / n * 1e9, patched_update / n * 1e9)
+    # tqdm's update is ~0.2 us and the patched one adds a frame and a weakref call; the bound is loose
+    # (a shared 2-core machine read 2.2x once in eight runs) but still fails an update that calls
+    # run.step each time (~1.4 us: 7x)
+    assert patched_update < 2.5 * base_update, (base_update / n * 1e9, patched_update / n * 1e9)
     assert patched_iter < 1.3 * base_iter, (base_iter / n * 1e9, patched_iter / n * 1e9)
 
 
