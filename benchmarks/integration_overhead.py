@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import resource
 import statistics
@@ -387,18 +388,20 @@ def child_measure(args: dict[str, Any]) -> dict[str, Any]:
     os.environ["STEPWATCH_JOB"] = f"overhead-{name}"
     prepare = LOOPS[name](steps)
     info: dict[str, Any] = {}
+    sender_cpu = _count_sender_cpu()
     if "torch" in sys.modules:
         info["torch_threads"] = sys.modules["torch"].get_num_threads()
 
-    def one(with_stepwatch: bool) -> tuple[float, float, float, int]:
+    def one(with_stepwatch: bool) -> tuple[float, float, float, int, float]:
         call = prepare(with_stepwatch)
+        sender_cpu.clear()
         server0 = proc_cpu_s(server_pid)
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         c0, t0 = time.process_time(), time.perf_counter()
         call()
         t1, c1 = time.perf_counter(), time.process_time()
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
-        return t1 - t0, c1 - c0, proc_cpu_s(server_pid) - server0, faults
+        return t1 - t0, c1 - c0, proc_cpu_s(server_pid) - server0, faults, sum(sender_cpu)
 
     one(False)  # warm-up pair, discarded
     one(True)
@@ -406,7 +409,7 @@ def child_measure(args: dict[str, Any]) -> dict[str, Any]:
     for i in range(pairs):
         order = (False, True) if i % 2 == 0 else (True, False)
         got = {flag: one(flag) for flag in order}
-        (w0, cpu0, _, f0), (w1, cpu1, srv1, f1) = got[False], got[True]
+        (w0, cpu0, _, f0, _), (w1, cpu1, srv1, f1, sender1) = got[False], got[True]
         rows.append(
             {
                 "without_s": w0,
@@ -416,6 +419,7 @@ def child_measure(args: dict[str, Any]) -> dict[str, Any]:
                 "server_cpu_s": srv1,
                 "faults_without": f0,
                 "faults_with": f1,
+                "sender_cpu_s": sender1,
             }
         )
     without = statistics.median(r["without_s"] for r in rows)
@@ -438,9 +442,31 @@ def child_measure(args: dict[str, Any]) -> dict[str, Any]:
         "server_cpu_share": statistics.median(r["server_cpu_s"] / r["with_s"] for r in rows),
         "faults_per_step_without": statistics.median(r["faults_without"] for r in rows) / steps,
         "faults_per_step_with": statistics.median(r["faults_with"] for r in rows) / steps,
+        "sender_cpu_share": statistics.median(r["sender_cpu_s"] / r["with_s"] for r in rows),
         "rows": rows,
         **info,
     }
+
+
+def _count_sender_cpu() -> list[float]:
+    """A list that receives the CPU time of every stepwatch sender thread as the thread ends.
+
+    The sender's CPU is time the training thread may wait for the GIL: unlike the wall-clock
+    difference it is hardly moved by the neighbours, so it bounds what the sender costs the loop.
+    """
+    from stepwatch import _sender
+
+    spent: list[float] = []
+    loop = _sender.Sender._loop
+
+    def counted(self: Any) -> None:
+        try:
+            loop(self)
+        finally:
+            spent.append(time.thread_time())
+
+    _sender.Sender._loop = counted  # type: ignore[method-assign]
+    return spent
 
 
 def run_child(args: dict[str, Any], env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -512,7 +538,7 @@ def verdict(r: dict[str, Any]) -> str:
 def print_table(results: list[dict[str, Any]]) -> None:
     header = (
         f"{'framework':<14}{'steps':>6}{'steps/s without':>17}{'steps/s with':>14}{'overhead':>10}"
-        f"{'spread (IQR)':>20}{'server CPU':>12}{'faults/step':>14}  verdict"
+        f"{'spread (IQR)':>20}{'server CPU':>12}{'sender CPU':>12}{'faults/step':>14}  verdict"
     )
     print(header)
     print("-" * len(header))
@@ -526,7 +552,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
         print(
             f"{label:<14}{r['steps']:>6}{r['steps_per_s_without']:>17,.0f}{r['steps_per_s_with']:>14,.0f}"
             f"{100 * r['overhead']:>9.2f}%{f'{100 * q1:+.2f}% .. {100 * q3:+.2f}%':>20}"
-            f"{100 * r['server_cpu_share']:>11.1f}%"
+            f"{100 * r['server_cpu_share']:>11.1f}%{100 * r.get('sender_cpu_share', math.nan):>11.2f}%"
             f"{faults:>14}  {verdict(r)}"
         )
 
@@ -550,7 +576,9 @@ def print_report(results: list[dict[str, Any]], machine: dict[str, Any], pairs: 
     print(
         "overhead = (median with - median without) / median without; spread = IQR of the pairs' "
         "relative differences; server CPU = the server's CPU time during a run with stepwatch / that "
-        "run's wall time; faults/step = minor page faults of the training process per step, without / with"
+        "run's wall time; sender CPU = the CPU time of stepwatch's sender thread / that run's wall time "
+        "(GIL time the training thread may wait for: an upper bound of the reporting cost that the "
+        "neighbours hardly move); faults/step = minor page faults of the training process per step, without / with"
     )
     print()
     print_table(results)
