@@ -435,3 +435,22 @@ def test_params_are_keyword_knobs() -> None:
     for _ in range(5):
         sim.sweep()
     assert sim.first("stalled") == last + 6.0
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ('{"plateau_blocks": 0}', "plateau_blocks must be greater than 0, got 0"),
+        ('{"block_windows": 0}', "block_windows must be greater than 0, got 0"),
+        ('{"plateau_window_s": 0}', "plateau_window_s must be greater than 0, got 0"),
+        ('{"plateau_group": 0.9}', "plateau_group must be in (0, 0.5], got 0.9"),
+    ],
+)
+def test_knobs_the_analysis_divides_by_are_refused_at_start(knobs: str, message: str) -> None:
+    """A zero block count would divide by zero inside the analysis, on the first report: say so at start."""
+    from stepwatch.server.settings import ServerSettings
+
+    with pytest.raises(ValueError) as caught:
+        ServerSettings.resolve({}, {"STEPWATCH_HEALTH": knobs})
+    assert str(caught.value) == f"STEPWATCH_HEALTH: {message}"
+    ServerSettings.resolve({}, {"STEPWATCH_HEALTH": '{"plateau_blocks": 24}'}).health_params()  # a sane value is kept

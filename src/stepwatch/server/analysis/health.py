@@ -156,6 +156,27 @@ class HealthParams:
     max_ranks: int = 65_536
     """Ranks beyond this many are not tracked (memory bound)."""
 
+    def __post_init__(self) -> None:
+        # counts and lengths that the analysis divides by or takes a median of must be positive
+        for name in _POSITIVE_KNOBS:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be greater than 0, got {getattr(self, name)!r}")
+        if not 0 < self.plateau_group <= 0.5:
+            raise ValueError(f"plateau_group must be in (0, 0.5], got {self.plateau_group!r}")
+
+
+_POSITIVE_KNOBS = (
+    "default_interval_s",
+    "interval_memory",
+    "pause_memory",
+    "plateau_window_s",
+    "plateau_min_s",
+    "plateau_blocks",
+    "block_windows",
+    "level_blocks",
+    "rate_window_s",
+)
+
 
 DEFAULT_HEALTH_PARAMS = HealthParams()
 
