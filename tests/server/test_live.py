@@ -243,7 +243,7 @@ def test_last_event_id_resumes_with_what_was_missed(live: str, http: httpx.Clien
 
 def test_a_resume_from_beyond_the_ring_is_told_to_resync() -> None:
     async def scenario() -> list[str]:
-        live = Broadcaster(history=4, queue_size=8, heartbeat=0.01)
+        live = Broadcaster(history=4, queue_size=8, heartbeat=0.01, first_id=1)
         for i in range(10):
             live.publish("job", "ns", f"j{i}", {"i": i})
         stream = live.stream(last_event_id=2)  # ids 3..6 fell out of the ring of 4
@@ -260,7 +260,7 @@ def test_a_resume_from_beyond_the_ring_is_told_to_resync() -> None:
 
 def test_a_slow_subscriber_loses_its_oldest_updates_and_is_told_to_resync() -> None:
     async def scenario() -> list[str]:
-        live = Broadcaster(queue_size=4, heartbeat=0.01)
+        live = Broadcaster(queue_size=4, heartbeat=0.01, first_id=1)
         stream = live.stream()
         assert await stream.__anext__() == "retry: 2000\n\n"  # subscribed; now it does not read
         for i in range(10):
@@ -276,7 +276,7 @@ def test_a_slow_subscriber_loses_its_oldest_updates_and_is_told_to_resync() -> N
 
 def test_the_resync_comes_before_the_updates_that_follow_a_gap() -> None:
     async def scenario() -> list[str]:
-        live = Broadcaster(queue_size=4, heartbeat=10)
+        live = Broadcaster(queue_size=4, heartbeat=10, first_id=1)
         stream = live.stream()
         assert await stream.__anext__() == "retry: 2000\n\n"
         live.publish("points", "ns", "j", {"i": 0})
@@ -331,3 +331,29 @@ def test_a_subscriber_that_does_not_read_does_not_hold_up_ingest(
             assert received.count(b"event: points") < 500  # its oldest updates were dropped, not queued
         finally:
             stalled.close()
+
+
+def test_a_resume_with_an_id_of_the_servers_earlier_life_is_told_to_resync() -> None:
+    """A restarted server may publish more updates before a client reconnects than its earlier life had
+    (a job reporting 50 times a second, a client waiting 2 s to retry): its ids must still not look like
+    a continuation of the earlier ones, or the client would miss the updates below its old id silently."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        earlier = Broadcaster(heartbeat=0.01)
+        old_id = max(earlier.publish("job", "ns", "j", {"i": i}).id for i in range(5))
+        await asyncio.sleep(0.001)
+        restarted = Broadcaster(heartbeat=0.01)
+        for i in range(50):
+            restarted.publish("job", "ns", "j", {"i": i})
+        resumed = restarted.stream(last_event_id=old_id)
+        messages = [await resumed.__anext__() for _ in range(3)]
+        await resumed.aclose()
+        current = restarted.stream(last_event_id=restarted.first_id + 48)  # one update behind, this life
+        same_life = [await current.__anext__() for _ in range(2)]
+        await current.aclose()
+        return messages, same_life
+
+    messages, same_life = asyncio.run(scenario())
+    assert messages[1] == 'event: resync\ndata: {"reason":"the server restarted; read the state again"}\n\n'
+    assert messages[2].startswith("id: ")  # then this life's updates, from its first
+    assert same_life[1].startswith("id: ")  # one update behind in this life: no resync, the update

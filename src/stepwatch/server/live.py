@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -60,8 +61,14 @@ class _Subscriber:
 class Broadcaster:
     """Publishes updates to every interested subscriber, without ever blocking the publisher."""
 
-    def __init__(self, history: int = 2048, queue_size: int = 1024, heartbeat: float = 15.0) -> None:
-        self._ids = itertools.count(1)
+    def __init__(
+        self, history: int = 2048, queue_size: int = 1024, heartbeat: float = 15.0, first_id: int | None = None
+    ) -> None:
+        # ids start at the boot time in microseconds (not at 1): a client resuming after a restart with
+        # an id of the server's earlier life then holds an id below this life's first, and is told to
+        # resync, even when this life has already published more updates than the earlier one had
+        self.first_id = time.time_ns() // 1000 if first_id is None else first_id
+        self._ids = itertools.count(self.first_id)
         self._recent: deque[Update] = deque(maxlen=history)
         self._subscribers: set[_Subscriber] = set()
         self._queue_size = queue_size
@@ -111,7 +118,9 @@ class Broadcaster:
             yield "retry: 2000\n\n"
             if last_event_id is not None:
                 missed = [u for u in self._recent if u.id > last_event_id and sub.wants(u)]
-                if self._recent and self._recent[0].id > last_event_id + 1:
+                if last_event_id < self.first_id:  # an id of this server's earlier life
+                    yield 'event: resync\ndata: {"reason":"the server restarted; read the state again"}\n\n'
+                elif self._recent and self._recent[0].id > last_event_id + 1:
                     yield 'event: resync\ndata: {"reason":"updates were missed; read the state again"}\n\n'
                 for update in missed:
                     yield update.sse()
