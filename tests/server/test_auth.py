@@ -338,7 +338,7 @@ def test_the_live_stream_needs_credentials_and_shows_only_readable_namespaces(si
     import asyncio
 
     async def first_updates() -> list[str]:
-        stream = live.stream(None, None, 0, frozenset({"a"}))
+        stream = live.stream(None, None, None, frozenset({"a"}))
         await stream.__anext__()  # retry line
         live.publish("job", "b", "two", {"x": 1})
         live.publish("job", "a", "one", {"x": 2})
