@@ -44,8 +44,9 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Protocol
+from typing import Any
 
+from .downsample import WindowLike
 from .plateau import PlateauDetector
 
 __all__ = [
@@ -193,25 +194,8 @@ class Verdict:
     """``metric``, ``window``, ``threshold``, ``observed``, ``since`` and ``message`` (one sentence)."""
 
 
-class StoredWindow(Protocol):
-    """A stored window of the primary metric, as the store returns it (``t`` is arrival time)."""
-
-    @property
-    def t(self) -> float: ...
-    @property
-    def step(self) -> int: ...
-    @property
-    def last(self) -> float: ...
-    @property
-    def min(self) -> float | None: ...
-    @property
-    def max(self) -> float | None: ...
-    @property
-    def mean(self) -> float | None: ...
-    @property
-    def count(self) -> int: ...
-    @property
-    def nonfinite(self) -> int: ...
+StoredWindow = WindowLike
+"""A stored window of the primary metric, as the store returns it (``t`` is arrival time)."""
 
 
 class _Rank:
