@@ -48,6 +48,7 @@ from typing import Any
 
 from .downsample import WindowLike
 from .plateau import PlateauDetector
+from .signals import EvalTrend, LearningRate, eval_direction
 
 __all__ = [
     "HEALTH_STATES",
@@ -125,6 +126,19 @@ class HealthParams:
     plateau_confirm: float = 0.4
     """A verdict changes only when the opposite condition has held for this share of the plateau
     window (longer than a group): one unlucky test is no alarm, one lucky test no recovery."""
+    lr_zero_fraction: float = 0.001
+    """A learning rate at most this share of its peak is zero: a job that reports one, past its
+    warm-up and held for ``plateau_confirm`` of a window, is not learning whatever its loss does
+    (a cosine decay to 0 gets there only in its last 2 % of steps, a linear one in its last 0.1 %:
+    inside ``finish_fraction``)."""
+    rate_per_lr_area: bool = True
+    """When the job reports its learning rate, the drop test compares the loss's rates of improvement
+    per unit of learning-rate area (the sum of the rate over the steps), not per second: a schedule
+    that decays the rate slows the loss by design, a loss flat while the area grows is a plateau."""
+    eval_min_points: int = 3
+    """An evaluation metric vetoes ``not_learning`` when, over at least this many evaluations since
+    the loss went flat, it improved by ``noise_z`` standard errors (its noise measured over all its
+    points kept): the evaluation is a second, independent measurement of learning."""
     confirm_levels: int = 4
     """Unused since the plateau test compares windowed means with their standard errors; kept so
     that settings naming it still work."""
@@ -174,6 +188,7 @@ _POSITIVE_KNOBS = (
     "plateau_min_s",
     "plateau_blocks",
     "block_windows",
+    "eval_min_points",
     "level_blocks",
     "rate_window_s",
 )
@@ -239,7 +254,9 @@ class HealthTracker:
         self._ranks: dict[int, _Rank] = {}
         self._scan_t = -math.inf
         self._scan: Verdict | None = None
-        # metric
+        # metric, and the second signals (learning rate, an evaluation metric)
+        self.eval_metric: str | None = None
+        self._eval_direction = "min"
         self._reset_metric()
         self._w_step: int | None = None
         # verdict memory
@@ -268,6 +285,9 @@ class HealthTracker:
         self._nan_step = 0
         self._nan_value = math.nan
         self._clean = 0  # finite windows since the last non-finite one
+        self._lr = LearningRate()
+        self._lr_flat = False  # the learning rate has been zero for the confirmation (decided on observation)
+        self._eval = EvalTrend(self._eval_direction)
 
     # ------------------------------------------------------------------------------------------
     # Observations
@@ -319,7 +339,8 @@ class HealthTracker:
         if mean is None or finite <= 0 or not math.isfinite(mean):
             return
         self._finite = True
-        if self._plateau.observe(t, mean, finite, step):
+        area = self._lr.area(step) if self.params.rate_per_lr_area else math.nan
+        if self._plateau.observe(t, mean, finite, step, area):
             test = self._plateau.test
             assert test is not None
             self._recovered = {
@@ -376,6 +397,43 @@ class HealthTracker:
         if self._sign > 0:
             return best * k if best > 0 else best + (k - 1) * abs(best)
         return best / k if best > 0 else best - (1 - 1 / k) * abs(best)
+
+    def observe_lr(self, t: float, step: int, lr: float) -> None:
+        """The learning rate in force at ``step`` (rank 0's report; the largest of its parameter groups).
+
+        With it the plateau test measures the loss's rates per unit of learning-rate area (a decaying
+        schedule slows the loss by design), and a learning rate of zero is ``not_learning``.
+        """
+        clock = self._clock(t)
+        if clock is None:
+            return
+        t = clock
+        lr_state = self._lr
+        lr_state.observe(t, step, lr, self.params.lr_zero_fraction)
+        zero = lr_state.zero_since
+        if zero is None:
+            if self._lr_flat:
+                self._recovered = {"state": "not_learning", "message": f"the learning rate is {lr:.3g} again"}
+            self._lr_flat = False
+        elif not self._lr_flat and self._m_t0 is not None and zero[0] >= self._judged_from():
+            held = t - zero[0] >= self.params.plateau_confirm * self._plateau_window()
+            self._lr_flat = held and not self._finishing()
+
+    def observe_eval(self, t: float, step: int, value: float, metric: str = "eval_loss") -> None:
+        """An evaluation metric's newest value (rank 0's report); its direction follows from its name.
+
+        An evaluation that still improves beyond its noise since the loss went flat keeps the job healthy.
+        """
+        del step  # kept for symmetry with the other observations: the test is in server time
+        clock = self._clock(t)
+        if clock is None:
+            return
+        if self.eval_metric is None:
+            self.eval_metric, self._eval_direction = metric, eval_direction(metric)
+            self._eval = EvalTrend(self._eval_direction)
+        elif metric != self.eval_metric:
+            return
+        self._eval.observe(clock, value)
 
     def observe_progress(self, t: float, rank: int, step: int | None, total_steps: int | None = None) -> None:
         """One report of any rank (rank 0's, and the heartbeats of the others), at arrival time ``t``.
@@ -632,13 +690,31 @@ class HealthTracker:
         self._scan = Verdict("straggling", r.slow_since, ev)
         return self._scan
 
+    def _eval_vetoes(self, since: float) -> tuple[float, float, int] | None:
+        """The evaluation metric's improvement since ``since`` when it is significant (the job learns)."""
+        if self.eval_metric is None:
+            return None
+        p = self.params
+        found = self._eval.improvement(since, self._plateau_window(), p.eval_min_points)
+        if found is None:
+            return None
+        gain, se, _ = found
+        return found if gain > 0 and gain >= p.noise_z * se else None
+
     def _not_learning(self) -> Verdict | None:
         plateau = self._plateau
         test = plateau.test
+        lr_zero = self._lr.zero_since if self._lr_flat else None
+        if lr_zero is not None:
+            if self._eval_vetoes(lr_zero[0]) is None:
+                return self._lr_verdict(lr_zero)
+            return None
         if not plateau.flat or test is None:
             return None
         m = self.metric
         since, since_step = plateau.flat_from
+        if self._eval_vetoes(since) is not None:
+            return None  # the evaluation metric still improves beyond its noise: the job learns
         steps = self._m_step - since_step
         message = (
             f"{m} has not improved by {_pct(self.params.min_delta)} over the last {steps:,} steps "
@@ -660,10 +736,41 @@ class HealthTracker:
             best_step=self._best_step,
             level=test.new,
         )
+        lr = self._lr.last
+        if lr is not None:
+            ev["learning_rate"] = lr
+        if self.eval_metric is not None:
+            ev["eval_metric"] = self.eval_metric
+        return Verdict("not_learning", since, ev)
+
+    def _lr_verdict(self, zero: tuple[float, int]) -> Verdict:
+        """``not_learning`` because the learning rate is zero (the loss cannot improve)."""
+        since, since_step = zero
+        lr = self._lr.last or 0.0
+        steps = self._m_step - since_step
+        message = (
+            f"the learning rate is {lr:.3g} ({_pct(lr / self._lr.peak)} of its peak {self._lr.peak:.3g}) "
+            f"since step {since_step:,} ({steps:,} steps, {_dur(self._m_t - since)}): {self.metric} cannot improve"
+        )
+        if self._level is not None:
+            message += f"; level {_num(self._level)}"
+        threshold = self.params.lr_zero_fraction * self._lr.peak
+        ev = self._evidence(
+            "learning_rate",
+            {"seconds": round(self._m_t - since, 1), "steps": steps},
+            threshold,
+            lr,
+            since,
+            message,
+            best=self._best,
+            best_step=self._best_step,
+            level=self._level,
+            learning_rate=lr,
+        )
         return Verdict("not_learning", since, ev)
 
     def _calm(self) -> Verdict:
-        key = (self._finite, self._level, self._plateau.test, self._finishing())
+        key = (self._finite, self._level, self._plateau.test, self._finishing(), len(self._eval), self._lr.last)
         if self._calm_cache is not None and self._calm_cache[0] == key:
             return self._calm_cache[1]  # unchanged since the last verdict (a verdict follows each ingest)
         verdict = self._calm_verdict()
@@ -687,6 +794,16 @@ class HealthTracker:
         )
         if self._finishing():
             message += "; the last planned steps are not judged"
+        more: dict[str, Any] = {}
+        flat_since = self._lr.zero_since if self._lr_flat else (self._plateau.flat_from if self._plateau.flat else None)
+        vetoed = self._eval_vetoes(flat_since[0]) if flat_since is not None else None
+        if vetoed is not None:
+            gain, se, n = vetoed
+            message += (
+                f"; flat, but {self.eval_metric} improves by {_signed(gain)} per {_dur(test.window)} "
+                f"(standard error {_pct(se)}, {n} evaluations): the job learns"
+            )
+            more = {"eval_metric": self.eval_metric, "eval_gain": round(gain, 6), "eval_noise": round(se, 6)}
         ev = self._evidence(
             m,
             {"seconds": round(test.window, 1), "steps": test.steps},
@@ -696,6 +813,7 @@ class HealthTracker:
             message,
             gain=round(test.gain, 6),
             noise=round(test.se, 6),
+            **more,
         )
         return Verdict("healthy", None, ev)
 

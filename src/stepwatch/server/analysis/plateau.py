@@ -74,6 +74,7 @@ class PlateauDetector:
         self._m = array("d")
         self._s = array("q")
         self._w = array("q")
+        self._a = array("d")  # the learning-rate area at the block's end (NaN: no learning rate known)
         self._t0: float | None = None  # start of the current block
         self._span = 0.0  # its length (the plateau window over plateau_blocks when it began)
         self._sum = 0.0
@@ -95,8 +96,9 @@ class PlateauDetector:
         """Blocks held (memory is bounded: at most 2 x :attr:`keep`)."""
         return len(self._t)
 
-    def observe(self, t: float, mean: float, weight: int, step: int) -> bool:
-        """One finite window (its mean over ``weight`` values) at server time ``t``.
+    def observe(self, t: float, mean: float, weight: int, step: int, area: float = math.nan) -> bool:
+        """One finite window (its mean over ``weight`` values) at server time ``t``; ``area`` is the
+        learning-rate area at its step (:class:`~.signals.LearningRate`), NaN when the job reports none.
 
         Returns ``True`` when this window ended a plateau (the job learns again, confirmed).
         """
@@ -112,8 +114,9 @@ class PlateauDetector:
         self._m.append(self._sum / self._weight)
         self._s.append(step)
         self._w.append(self._n)
+        self._a.append(area)
         if len(self._t) > 2 * self.keep:
-            for arr in (self._t, self._m, self._s, self._w):
+            for arr in (self._t, self._m, self._s, self._w, self._a):
                 del arr[: len(arr) - self.keep]
         self._t0, self._sum, self._weight, self._n = t, 0.0, 0, 0
         self._span = self._window() / self.params.plateau_blocks
@@ -162,6 +165,17 @@ class PlateauDetector:
         if t - self._hold_t >= confirm and not self._finishing():
             self.flat = True
         return False
+
+    def _lags(
+        self, far: tuple[int, int], old: tuple[int, int], i_new: int, early_lag: float, lag: float
+    ) -> tuple[float, float]:
+        """The spans of the earlier and the recent rate: in learning-rate area between the groups'
+        centres when the job reports its learning rate and the area grew over both, else in seconds."""
+        areas = self._a
+        a_far, a_old, a_new = _mean(areas[far[0] : far[1]]), _mean(areas[old[0] : old[1]]), _mean(areas[i_new:])
+        if a_old - a_far > 0 and a_new - a_old > 0:  # NaN (no learning rate known) compares false
+            return a_old - a_far, a_new - a_old
+        return early_lag, lag
 
     def _measure(self, t: float) -> PlateauTest | None:
         """Is the metric still improving? ``None`` until a whole plateau window is in the blocks.
@@ -217,16 +231,19 @@ class PlateauDetector:
             long_gain = (m_far - m_last) * unit / (c_last - c_far)
             # 1.15: a trimmed mean of a whole window also trims along the trend (measured on the healthy curves)
             long_se = 1.15 * sigma * math.sqrt(1 / n_far + 1 / n_last) * abs(unit) / (c_last - c_far)
-            # the rate from there to the window's start against the rate over the window
-            early_lag = c_old - c_far
+            # the rate from there to the window's start against the rate over the window: per second,
+            # or, when the job reports its learning rate, per unit of learning-rate area (a schedule
+            # that decays the rate slows the loss by design; a loss flat while the area grows is not)
+            early_lag, new_lag = self._lags((i_span, i_far), (i_last, i_old), i_new, c_old - c_far, lag)
             early = (m_far - m_old) * unit / early_lag
+            recent = (m_old - m_new) * unit / new_lag
             se_far = sigma / math.sqrt(n_far)
             change_se = abs(unit) * math.sqrt(
-                (se_far / early_lag) ** 2 + (se_old * (1 / early_lag + 1 / lag)) ** 2 + (se_new / lag) ** 2
+                (se_far / early_lag) ** 2 + (se_old * (1 / early_lag + 1 / new_lag)) ** 2 + (se_new / new_lag) ** 2
             )
             # a slow steady tail: improving over the history, at a rate that did not drop; near the
             # planned end a falling rate is the schedule annealing, and only a flat history counts
-            dropped = early - gain >= p.change_z * change_se and not self._annealing()
+            dropped = early - recent >= p.change_z * change_se and not self._annealing()
             steady = long_gain >= z * long_se and not dropped
             if self.flat and t - history < self.flat_from[0]:
                 # a plateau ends on an improvement made on it: a history that reaches back to the
@@ -250,6 +267,10 @@ class PlateauDetector:
             c_old,
             since_step,
         )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _block_noise(means: Sequence[float]) -> float:
