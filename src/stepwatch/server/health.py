@@ -28,6 +28,8 @@ from .store.base import FINAL_STATES, health_change_is_event
 from .views import job_view
 
 __all__ = [
+    "EVAL_METRICS",
+    "LR_METRICS",
     "PRIMARY_METRICS",
     "REPLAY_POINTS",
     "SWEEP_EVERY_S",
@@ -38,6 +40,7 @@ __all__ = [
     "primary_metric",
     "publish_event",
     "record",
+    "second_metrics",
     "sweep_forever",
     "track",
 ]
@@ -66,6 +69,33 @@ def primary_metric(names: Iterable[str]) -> str | None:
     """The metric to follow among the names a job logs, or ``None`` (health is then unknown)."""
     found = set(names)
     return next((m for m in PRIMARY_METRICS if m in found), None)
+
+
+LR_METRICS = ("learning_rate", "lr", "train/learning_rate", "train/lr")
+"""The learning rate health reads beside the loss, the first of these a job logs (else the first
+``lr-*`` name in order: Lightning's ``LearningRateMonitor``)."""
+
+EVAL_METRICS = (
+    "eval_loss",
+    "val_loss",
+    "eval/loss",
+    "val/loss",
+    "validation_loss",
+    "eval_accuracy",
+    "val_accuracy",
+    "val_acc",
+    "eval/accuracy",
+)
+"""The evaluation metric health reads beside the loss, the first of these a job logs."""
+
+
+def second_metrics(names: Iterable[str]) -> tuple[str | None, str | None]:
+    """The learning rate and the evaluation metric to read among the names a job logs (``None``: none)."""
+    found = set(names)
+    lr = next((m for m in LR_METRICS if m in found), None)
+    if lr is None:
+        lr = min((m for m in found if m.startswith("lr-")), default=None)
+    return lr, next((m for m in EVAL_METRICS if m in found), None)
 
 
 @dataclass(frozen=True)
@@ -100,12 +130,30 @@ class HealthMonitor:
     def __len__(self) -> int:
         return len(self._trackers)
 
-    def start(self, job: Job, history: SeriesColumns | None, metric: str | None, direction: str = "min") -> None:
-        """Track a job, replaying its stored windows of ``metric`` (``None``: it logs no primary metric yet)."""
+    def start(
+        self,
+        job: Job,
+        history: SeriesColumns | None,
+        metric: str | None,
+        direction: str = "min",
+        second: dict[str, SeriesColumns] | None = None,
+    ) -> None:
+        """Track a job, replaying its stored windows of ``metric`` (``None``: it logs no primary metric yet)
+        and of its learning rate and evaluation metric (``second``, by name), in the order they arrived."""
         tracker = HealthTracker(self.params, metric=metric or "loss", direction=direction)
+        events: list[tuple[float, int, str, int]] = []  # (time, order within a report, series, index)
         if history is not None:
-            first_steps = history.first_steps or history.steps
-            for i in range(len(history.steps)):
+            events += [(t, 0, "", i) for i, t in enumerate(history.times)]
+        for name, columns in (second or {}).items():
+            events += [(t, 1, name, i) for i, t in enumerate(columns.times)]
+        events.sort()
+        for _, _, name, i in events:
+            if not name:
+                assert history is not None
+                first_steps = history.first_steps or history.steps
+                # each window also counts as a report of rank 0 at its step (as HealthTracker.replay): the
+                # plan's pace, and so the plateau window, is learnt as it was live
+                tracker.observe_progress(history.times[i], 0, history.steps[i], job.total_steps)
                 tracker.observe_window(
                     history.times[i],
                     history.steps[i],
@@ -117,6 +165,10 @@ class HealthMonitor:
                     history.nonfinites[i],
                     first_steps[i],
                 )
+            else:
+                assert second is not None
+                c = second[name]
+                _observe_second(tracker, name, c.times[i], c.steps[i], c.lasts[i])
         if job.last_report_at is not None:
             tracker.observe_progress(job.last_report_at, 0, job.step, job.total_steps)
         self._trackers[job.id] = (metric, tracker)
@@ -154,6 +206,10 @@ class HealthMonitor:
                     tracker.observe_window(
                         now, w.last_step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, w.first_step
                     )
+            lr, evaluation = second_metrics(w.name for w in result.new_points)
+            for w in result.new_points:  # after the loss, as a replay orders them
+                if w.name in (lr, evaluation):
+                    _observe_second(tracker, w.name, now, w.last_step, w.last)
         tracker.observe_progress(now, rank, step, total_steps)
         return self._judge(job, tracker, metric, now)
 
@@ -235,6 +291,14 @@ class HealthMonitor:
         self._gpus.pop(job_id, None)
 
 
+def _observe_second(tracker: HealthTracker, name: str, t: float, step: int, value: float) -> None:
+    """Feed a learning rate or an evaluation metric's window (its newest value) to a tracker."""
+    if name in EVAL_METRICS:
+        tracker.observe_eval(t, step, value, name)
+    else:
+        tracker.observe_lr(t, step, value)
+
+
 async def assess(
     monitor: HealthMonitor,
     store: Store,
@@ -277,10 +341,14 @@ async def track(monitor: HealthMonitor, store: Store, offload: Offload, job: Job
     named, direction = monitor.metric_of(job)
     metric = named or primary_metric(job.last_metrics)
     history = None
+    second: dict[str, SeriesColumns] = {}
     if metric is not None:
         history = await offload(store.history_columns, job.id, metric, REPLAY_POINTS)
+        for name in second_metrics(job.last_metrics):
+            if name is not None:
+                second[name] = await offload(store.history_columns, job.id, name, REPLAY_POINTS)
     if job.id not in monitor:  # another request may have started it meanwhile
-        monitor.start(job, history, metric, direction)
+        monitor.start(job, history, metric, direction, second)
 
 
 async def record(update: HealthUpdate, store: Store, live: Broadcaster, offload: Offload, now: float) -> Job:
