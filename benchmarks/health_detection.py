@@ -27,6 +27,7 @@ parallel processes.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -69,6 +70,9 @@ class Job:
     noise: float | np.ndarray = 0.05  # its per-step relative noise (additive for a maximised metric)
     flat: np.ndarray | None = None  # per step: the noise-free curve does not clearly learn there
     visible: np.ndarray | None = None  # per step: it clearly learns within one plateau window
+    lr: np.ndarray | None = None  # per step: the learning rate the trainer reports (second signals)
+    eval_steps: np.ndarray | None = None  # the steps after which an evaluation is reported
+    eval_values: np.ndarray | None = None  # its values (eval_loss, or eval_accuracy for a maximised metric)
 
     @property
     def total(self) -> int:
@@ -85,8 +89,11 @@ class Outcome:
     slow_before: bool | None = None  # plateaus: before, the noise-free curve learnt too slowly to show in a window
 
 
-def run(job: Job, params: HealthParams | None = None) -> Outcome:  # noqa: PLR0915 - one simulation loop
-    """Feed a job to a tracker as the server would; the detection delay and any false alarm."""
+def run(job: Job, params: HealthParams | None = None, signals: bool = True) -> Outcome:  # noqa: PLR0915
+    """Feed a job to a tracker as the server would; the detection delay and any false alarm.
+
+    With ``signals`` the tracker also gets the job's learning rate and evaluation metric, as the
+    server feeds them (after the loss window of the same report); without, the loss alone."""
     rng = np.random.default_rng(job.seed + 1000)
     tracker = HealthTracker(params, direction=job.direction)
     t, step, other = 1000.0, 0, 0.0
@@ -125,6 +132,13 @@ def run(job: Job, params: HealthParams | None = None) -> Outcome:  # noqa: PLR09
                 lo = float(finite.min()) if len(finite) else None
                 hi = float(finite.max()) if len(finite) else None
                 tracker.observe_window(t, new, float(chunk[-1]), lo, hi, mean, len(chunk), n_bad, step + 1)
+                if signals and job.lr is not None:
+                    tracker.observe_lr(t, new, float(job.lr[new - 1]))
+                if signals and job.eval_steps is not None and job.eval_values is not None:
+                    done = np.searchsorted(job.eval_steps, new, side="right")
+                    if done > np.searchsorted(job.eval_steps, step, side="right"):  # an evaluation in this report
+                        name = "eval_accuracy" if job.direction == "max" else "eval_loss"
+                        tracker.observe_eval(t, new, float(job.eval_values[done - 1]), name)
             for rank in range(1, job.ranks):
                 if job.hang_rank_at is not None and rank == 1 and new >= job.hang_rank_at:
                     continue
@@ -177,7 +191,7 @@ def _scheduled_loss(
     zero_at: int | None = None,
     floor: float = 0.02,
     schedule: str = "cosine",
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Loss driven by the cumulative learning rate of a warm-up (5 %) then a cosine or linear decay to
     ``floor`` (noise scales with the learning rate); the loss, its noise-free curve and its noise per step."""
     a, b = float(rng.uniform(1.5, 2.5)), float(rng.uniform(4.0, 8.0))
@@ -194,7 +208,7 @@ def _scheduled_loss(
     # annealing: the loss also falls as the learning-rate noise goes (a few % at the end)
     clean = clean * (1 + 0.03 * lr)
     sigma = noise * (0.4 + 0.6 * np.maximum(lr, 0.2))
-    return clean * np.exp(rng.normal(0, sigma, total)), clean, sigma
+    return clean * np.exp(rng.normal(0, sigma, total)), clean, sigma, lr
 
 
 MARGIN_SE = 2.0
@@ -251,90 +265,143 @@ def mark_flat(job: Job, params: HealthParams | None = None) -> Job:
     return job
 
 
+def with_signals(
+    job: Job,
+    rng: np.random.Generator,
+    lr: np.ndarray | None = None,
+    truth: np.ndarray | None = None,
+    every: int | None = None,
+) -> Job:
+    """Give a job the learning rate and the evaluation metric its trainer would report beside the loss.
+
+    ``lr`` is the schedule that drove the curve (a constant learning rate where none did); the
+    evaluation follows ``truth``, the noise-free curve of the *model* (the training curve without its
+    noise; spikes and bumps where the model itself got worse, not those of the training loss alone),
+    measured every 250-1,000 steps on a fixed set: a generalisation gap of 0-8 % (0-3 points of
+    accuracy) and a noise of 0.1-0.5 % per evaluation (0.1-0.4 points), the spread of evaluation
+    curves logged by Hugging Face and Lightning jobs. The same rules for healthy and faulty curves:
+    a plateaued model's evaluation is as flat as its loss. ``rng`` is a stream of its own, so the
+    loss curves are those of the runs without second signals.
+    """
+    total = job.total
+    job.lr = np.ones(total) if lr is None else lr
+    base = truth if truth is not None else job.clean
+    if base is None:
+        return job
+    every = every or int(rng.choice([250, 500, 1000]))
+    steps = np.arange(every, total + 1, every)
+    at = base[steps - 1]
+    if job.direction == "max":
+        values = at - rng.uniform(0, 0.03) + rng.normal(0, rng.uniform(0.001, 0.004), len(steps))
+    else:
+        values = at * (1 + rng.uniform(0, 0.08)) * np.exp(rng.normal(0, rng.uniform(0.001, 0.005), len(steps)))
+    job.eval_steps, job.eval_values = steps, values
+    return job
+
+
 def healthy_curves(seed: int, total: int) -> list[Job]:
     """Healthy jobs: nothing should be flagged while they clearly learn (``MARGIN_SE``)."""
     rng = np.random.default_rng(seed)
+    sig = np.random.default_rng(seed + 5000)
     jobs = []
     loss, clean = _base(rng, total)
-    jobs.append(Job("noisy power-law decay", loss, seed=seed, clean=clean))
+    jobs.append(with_signals(Job("noisy power-law decay", loss, seed=seed, clean=clean), sig))
     loss, clean = _base(rng, total, noise=0.1)
     warm = total // 10
     bump = 1 + 0.3 * np.exp(-(((np.arange(total) - warm) / (warm / 4)) ** 2))
-    jobs.append(Job("lr warm-up bump (+30 %), 10 % noise", loss * bump, seed=seed, clean=clean * bump, noise=0.1))
-    loss, clean, sigma = _scheduled_loss(rng, total)
-    jobs.append(Job("warm-up + cosine decay to 2 %", loss, seed=seed, clean=clean, noise=sigma))
+    warm_lr = np.minimum((np.arange(total) + 1) / warm, 1.0)  # the warm-up that makes the bump
+    job = Job("lr warm-up bump (+30 %), 10 % noise", loss * bump, seed=seed, clean=clean * bump, noise=0.1)
+    jobs.append(with_signals(job, sig, warm_lr))
+    loss, clean, sigma, lr = _scheduled_loss(rng, total)
+    jobs.append(with_signals(Job("warm-up + cosine decay to 2 %", loss, seed=seed, clean=clean, noise=sigma), sig, lr))
     loss, clean = _base(rng, total)
     spikes = np.ones(total)
     for s in range(500, total, 500):
         spikes[s : s + 40] = 1.4  # the training loss right after an evaluation
-    jobs.append(
-        Job("eval spikes + 60 s eval pauses", loss * spikes, eval_every=2000, eval_seconds=60, seed=seed, clean=clean)
-    )
+    job = Job("eval spikes + 60 s eval pauses", loss * spikes, eval_every=2000, eval_seconds=60, seed=seed, clean=clean)
+    jobs.append(with_signals(job, sig, every=2000))  # the evaluations are the pauses
     loss, clean = _base(rng, total)
+    model = np.ones(total)
     for s in rng.choice(np.arange(total // 5, total - 500), size=4, replace=False):
         k = np.arange(total - s)
         loss[s:] *= 1 + 1.5 * np.exp(-k / 60.0)  # a loss spike of 2.5x that recovers in a few hundred steps
-    jobs.append(Job("loss spikes that recover", loss, seed=seed, clean=clean))
+        model[s:] *= 1 + 1.5 * np.exp(-k / 60.0)  # the model itself is worse meanwhile
+    jobs.append(with_signals(Job("loss spikes that recover", loss, seed=seed, clean=clean), sig, truth=clean * model))
     acc_clean = 0.95 - 0.85 * (1 + np.arange(total) / 300) ** -0.6
     acc = np.clip(acc_clean + rng.normal(0, 0.02, total), 0, 1)
-    jobs.append(Job("accuracy rising (max)", acc, direction="max", seed=seed, clean=acc_clean, noise=0.02))
+    job = Job("accuracy rising (max)", acc, direction="max", seed=seed, clean=acc_clean, noise=0.02)
+    jobs.append(with_signals(job, sig))
     loss, clean = _base(rng, total)
-    jobs.append(Job("4 ranks in step", loss, ranks=4, seed=seed, clean=clean))
+    jobs.append(with_signals(Job("4 ranks in step", loss, ranks=4, seed=seed, clean=clean), sig))
     # added with the noise-aware plateau test: schedules that flatten by design, and a quiet slow tail
-    loss, clean, sigma = _scheduled_loss(rng, total, floor=0.0)
-    jobs.append(Job("warm-up + cosine decay to 0", loss, seed=seed, clean=clean, noise=sigma))
-    loss, clean, sigma = _scheduled_loss(rng, total, floor=0.0, schedule="linear")
-    jobs.append(Job("warm-up + linear decay to 0", loss, seed=seed, clean=clean, noise=sigma))
+    loss, clean, sigma, lr = _scheduled_loss(rng, total, floor=0.0)
+    jobs.append(with_signals(Job("warm-up + cosine decay to 0", loss, seed=seed, clean=clean, noise=sigma), sig, lr))
+    loss, clean, sigma, lr = _scheduled_loss(rng, total, floor=0.0, schedule="linear")
+    jobs.append(with_signals(Job("warm-up + linear decay to 0", loss, seed=seed, clean=clean, noise=sigma), sig, lr))
     loss, clean = _base(rng, total, noise=0.01)
-    jobs.append(Job("slow tail, 1 % noise (large batch)", loss, seed=seed, clean=clean, noise=0.01))
+    jobs.append(with_signals(Job("slow tail, 1 % noise (large batch)", loss, seed=seed, clean=clean, noise=0.01), sig))
     return [mark_flat(job) for job in jobs]
 
 
 def faulty_curves(seed: int, total: int) -> list[Job]:
     """Jobs in trouble, each with the state that should be flagged and when the trouble begins."""
     rng = np.random.default_rng(seed + 1)
+    sig = np.random.default_rng(seed + 6000)
     jobs = []
     at = int(total * float(rng.uniform(0.3, 0.6)))
-    lr0, clean, sigma = _scheduled_loss(rng, total, zero_at=at)
-    jobs.append(Job("plateau: lr decayed to 0", lr0, "not_learning", at, seed=seed, clean=clean, noise=sigma))
+    lr0, clean, sigma, lr = _scheduled_loss(rng, total, zero_at=at)
+    job = Job("plateau: lr decayed to 0", lr0, "not_learning", at, seed=seed, clean=clean, noise=sigma)
+    jobs.append(with_signals(job, sig, lr))
     loss, clean = _base(rng, total)
     flat = loss.copy()
     flat[at:] = clean[at] * np.exp(rng.normal(0, 0.05, total - at))
     clean = clean.copy()
     clean[at:] = clean[at]
-    jobs.append(Job("plateau: flat after N steps", flat, "not_learning", at, seed=seed, clean=clean))
+    jobs.append(with_signals(Job("plateau: flat after N steps", flat, "not_learning", at, seed=seed, clean=clean), sig))
     acc_clean = 0.95 - 0.85 * (1 + np.arange(total) / 300) ** -0.6
     acc = np.clip(acc_clean + rng.normal(0, 0.02, total), 0, 1)
     acc[at:] = acc[at - 200 : at].mean() + rng.normal(0, 0.02, total - at)
     acc_clean[at:] = acc_clean[at]
-    jobs.append(
-        Job(
-            "plateau: accuracy stuck (max)",
-            acc,
-            "not_learning",
-            at,
-            direction="max",
-            seed=seed,
-            clean=acc_clean,
-            noise=0.02,
-        )
+    job = Job(
+        "plateau: accuracy stuck (max)",
+        acc,
+        "not_learning",
+        at,
+        direction="max",
+        seed=seed,
+        clean=acc_clean,
+        noise=0.02,
     )
-    nan = _base(rng, total)[0]
+    jobs.append(with_signals(job, sig))
+    nan, clean = _base(rng, total)
     nan[at:] = np.nan
-    jobs.append(Job("NaN", nan, "diverging", at, seed=seed))
-    blow = _base(rng, total)[0]
-    blow[at:] *= np.exp(np.arange(total - at) / 400.0)
-    jobs.append(Job("blow-up (x e every 400 steps)", blow, "diverging", at, seed=seed))
-    jobs.append(Job("stall: reports stop", _base(rng, total)[0], "stalled", at, reports_stop_at=at, seed=seed))
     jobs.append(
-        Job("stall: step stops, reports go on", _base(rng, total)[0], "stalled", at, standstill_at=at, seed=seed)
+        with_signals(Job("NaN", nan, "diverging", at, seed=seed), sig, truth=np.where(np.isfinite(nan), clean, np.nan))
     )
+    blow, clean = _base(rng, total)
+    grow = np.ones(total)
+    grow[at:] = np.exp(np.arange(total - at) / 400.0)
+    blow *= grow
     jobs.append(
-        Job("hanging rank (heartbeats stop)", _base(rng, total)[0], "stalled", at, ranks=4, hang_rank_at=at, seed=seed)
+        with_signals(Job("blow-up (x e every 400 steps)", blow, "diverging", at, seed=seed), sig, truth=clean * grow)
     )
-    jobs.append(
-        Job("straggler (rank at 40 %)", _base(rng, total)[0], "straggling", at, ranks=4, straggle_at=at, seed=seed)
-    )
+    for job in (
+        Job("stall: reports stop", _base(rng, total)[0], "stalled", at, reports_stop_at=at, seed=seed),
+        Job("stall: step stops, reports go on", _base(rng, total)[0], "stalled", at, standstill_at=at, seed=seed),
+        Job("hanging rank (heartbeats stop)", _base(rng, total)[0], "stalled", at, ranks=4, hang_rank_at=at, seed=seed),
+        Job("straggler (rank at 40 %)", _base(rng, total)[0], "straggling", at, ranks=4, straggle_at=at, seed=seed),
+    ):
+        jobs.append(with_signals(job, sig))  # a constant learning rate; the evaluation does not matter here
+    # added with the second signals: a plateau under a schedule that is still decaying (the learning
+    # rate does not explain it), from a stream of its own so that the curves above are unchanged
+    cos = np.random.default_rng(seed + 7000)
+    at_cos = int(total * float(cos.uniform(0.3, 0.6)))
+    loss, clean, sigma, lr = _scheduled_loss(cos, total)
+    clean = clean.copy()
+    loss[at_cos:] = clean[at_cos] * np.exp(cos.normal(0, sigma[at_cos:]))
+    clean[at_cos:] = clean[at_cos]
+    job = Job("plateau: flat, cosine lr decaying", loss, "not_learning", at_cos, seed=seed, clean=clean, noise=sigma)
+    jobs.append(with_signals(job, sig, lr))
     return [mark_flat(job) if job.clean is not None else job for job in jobs]
 
 
@@ -342,13 +409,22 @@ def faulty_curves(seed: int, total: int) -> list[Job]:
 # Real curves: a small MLP trained here with NumPy
 
 
-def mlp_losses(seed: int, total: int, lr: float, zero_at: int | None = None, batch: int = 32) -> np.ndarray:
-    """Per-step training loss (MSE) of a ReLU MLP (16-64-1) fitting a noisy tanh teacher, plain SGD."""
+EVAL_EVERY = 250  # steps between the real runs' evaluations
+
+
+def mlp_losses(
+    seed: int, total: int, lr: float, zero_at: int | None = None, batch: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step training loss (MSE) of a ReLU MLP (16-64-1) fitting a noisy tanh teacher, plain SGD; and
+    its evaluation loss on a fixed held-out set of 2,000 examples every ``EVAL_EVERY`` steps."""
     rng = np.random.default_rng(seed)
     d, h = 16, 64
     tw1, tw2 = rng.normal(0, 1, (d, 32)), rng.normal(0, 1 / math.sqrt(32), (32, 1))
     x_all = rng.normal(0, 1, (50_000, d))
     y_all = np.tanh(x_all @ tw1) @ tw2 + rng.normal(0, 0.3, (50_000, 1))
+    x_eval = np.random.default_rng(seed + 99).normal(0, 1, (2000, d))
+    y_eval = np.tanh(x_eval @ tw1) @ tw2 + np.random.default_rng(seed + 98).normal(0, 0.3, (2000, 1))
+    evals = np.empty(total // EVAL_EVERY)
     w1, b1 = rng.normal(0, math.sqrt(2 / d), (d, h)), np.zeros(h)
     w2, b2 = rng.normal(0, 1 / math.sqrt(h), (h, 1)), np.zeros(1)
     losses = np.empty(total)
@@ -368,7 +444,10 @@ def mlp_losses(seed: int, total: int, lr: float, zero_at: int | None = None, bat
             b1 -= step_lr * g1.sum(0)
             w2 -= step_lr * gw2
             b2 -= step_lr * gb2
-    return losses
+            if (i + 1) % EVAL_EVERY == 0:
+                out = np.maximum(x_eval @ w1 + b1, 0) @ w2 + b2
+                evals[(i + 1) // EVAL_EVERY - 1] = float(np.mean((out - y_eval) ** 2))
+    return losses, evals
 
 
 def converged_at(losses: np.ndarray, tolerance: float = 0.01) -> int:
@@ -386,22 +465,39 @@ def real_curves(seed: int, total: int) -> list[Job]:
     final level), not a healthy curve.
     """
     at = total // 2
-    steady = mlp_losses(seed, total, 0.005)
-    high = mlp_losses(seed, total, 0.5)
-    return [
-        Job("real MLP, converged (lr 0.005)", steady, "not_learning", converged_at(steady), seed=seed),
-        Job("real MLP, lr 0 from 50 %", mlp_losses(seed, total, 0.005, zero_at=at), "not_learning", at, seed=seed),
-        Job("real MLP, lr 0.5 (too high)", high, "diverging", int(np.argmax(~np.isfinite(high))), seed=seed),
+    steady, steady_eval = mlp_losses(seed, total, 0.005)
+    zeroed, zeroed_eval = mlp_losses(seed, total, 0.005, zero_at=at)
+    high, high_eval = mlp_losses(seed, total, 0.5)
+    evals = np.arange(EVAL_EVERY, total + 1, EVAL_EVERY)
+    lr_zeroed = np.full(total, 0.005)
+    lr_zeroed[at:] = 0.0
+    jobs = [
+        (
+            Job("real MLP, converged (lr 0.005)", steady, "not_learning", converged_at(steady), seed=seed),
+            0.005,
+            steady_eval,
+        ),
+        (Job("real MLP, lr 0 from 50 %", zeroed, "not_learning", at, seed=seed), lr_zeroed, zeroed_eval),
+        (
+            Job("real MLP, lr 0.5 (too high)", high, "diverging", int(np.argmax(~np.isfinite(high))), seed=seed),
+            0.5,
+            high_eval,
+        ),
     ]
+    for job, lr, values in jobs:  # the learning rate and the evaluation loss, as the run logged them
+        job.lr = np.broadcast_to(np.asarray(lr, dtype=float), (total,))
+        job.eval_steps, job.eval_values = evals, values
+    return [job for job, _, _ in jobs]
 
 
 # ------------------------------------------------------------------------------------------------
 # Cost
 
 
-def cost_per_ingest(n: int = 20_000) -> tuple[float, float, float]:
+def cost_per_ingest(n: int = 20_000) -> tuple[float, float, float, float]:
     """Microseconds per report of the tracker (observe_progress + observe_window + verdict), of
-    observe_window alone, and of the baseline (appending the window to a list)."""
+    observe_window alone, of the baseline (appending the window to a list), and of the tracker with
+    the second signals (a learning rate in every report, an evaluation every 60 reports)."""
     rng = np.random.default_rng(7)
     loss = _base(rng, n * 8)[0]
     reports = []
@@ -410,7 +506,7 @@ def cost_per_ingest(n: int = 20_000) -> tuple[float, float, float]:
         reports.append(
             (1000.0 + 2 * i, (i + 1) * 8, float(chunk[-1]), float(chunk.min()), float(chunk.max()), float(chunk.mean()))
         )
-    best_tracker = best_window = best_base = math.inf
+    best_tracker = best_window = best_base = best_signals = math.inf
     for _ in range(3):
         tracker = HealthTracker()
         start = time.perf_counter()
@@ -419,6 +515,16 @@ def cost_per_ingest(n: int = 20_000) -> tuple[float, float, float]:
             tracker.observe_window(t, step, last, lo, hi, mean, 8, 0, step - 7)
             tracker.verdict(t)
         best_tracker = min(best_tracker, time.perf_counter() - start)
+        tracker = HealthTracker()
+        start = time.perf_counter()
+        for i, (t, step, last, lo, hi, mean) in enumerate(reports):
+            tracker.observe_progress(t, 0, step, n * 8)
+            tracker.observe_window(t, step, last, lo, hi, mean, 8, 0, step - 7)
+            tracker.observe_lr(t, step, 1e-4 * (1 - step / (n * 8)))
+            if i % 60 == 59:  # an evaluation every 2 min
+                tracker.observe_eval(t, step, mean)
+            tracker.verdict(t)
+        best_signals = min(best_signals, time.perf_counter() - start)
         tracker = HealthTracker()
         tracker.observe_progress(1000.0, 0, 0, n * 8)
         start = time.perf_counter()
@@ -430,7 +536,7 @@ def cost_per_ingest(n: int = 20_000) -> tuple[float, float, float]:
         for t, step, last, lo, hi, mean in reports:
             stored.append((t, step, last, lo, hi, mean, 8, 0))
         best_base = min(best_base, time.perf_counter() - start)
-    return best_tracker / n * 1e6, best_window / n * 1e6, best_base / n * 1e6
+    return best_tracker / n * 1e6, best_window / n * 1e6, best_base / n * 1e6, best_signals / n * 1e6
 
 
 # ------------------------------------------------------------------------------------------------
@@ -447,16 +553,17 @@ def target(name: str, planned: float) -> float | None:
     return None
 
 
-def _simulate(task: tuple[str, int, int]) -> list[tuple[str, Outcome]]:
+def _simulate(task: tuple[str, int, int, bool, str]) -> list[tuple[str, Outcome]]:
     """Run one seed's jobs of one kind (a worker process)."""
-    kind, seed, total = task
+    kind, seed, total, signals, knobs = task
+    params = HealthParams(**json.loads(knobs)) if knobs else None
     if kind == "healthy":
         jobs = healthy_curves(seed, total)
     elif kind == "faulty":
         jobs = faulty_curves(seed, total)
     else:
         jobs = real_curves(seed, total)
-    return [(job.name, run(job)) for job in jobs]
+    return [(job.name, run(job, params, signals=signals)) for job in jobs]
 
 
 def _delay_row(name: str, label: str, outs: list[Outcome]) -> None:
@@ -485,15 +592,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: few seeds, short jobs (< 15 s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: one per CPU)")
+    parser.add_argument(
+        "--signals",
+        choices=("all", "loss"),
+        default="all",
+        help="all: the trackers also get the learning rate and the evaluation metric; loss: the loss alone",
+    )
+    parser.add_argument(
+        "--seeds", default=None, help="FIRST-LAST: the seeds (default 0-11, the tuning seeds; 100-111 are held out)"
+    )
+    parser.add_argument("--params", default="", help='health knobs to try, as JSON: {"change_z": 3.5}')
     args = parser.parse_args(argv)
-    seeds = range(2) if args.quick else range(12)
+    if args.seeds:
+        first, _, last = args.seeds.partition("-")
+        seeds = range(int(first), int(last or first) + 1)
+    else:
+        seeds = range(2) if args.quick else range(12)
     totals = [12_000] if args.quick else [12_000, 36_000]  # 50 min and 2.5 h at 4 steps/s
-    real_seeds = range(1) if args.quick else range(3)
+    real_seeds = seeds[:1] if args.quick else seeds[:3]
+    signals = args.signals == "all"
     started = time.perf_counter()
+    print(f"seeds {seeds[0]}-{seeds[-1]}; signals: {'loss, learning rate, evaluation' if signals else 'loss only'}")
 
-    tasks = [("healthy", seed, total) for total in totals for seed in seeds]
-    tasks += [("faulty", seed, total) for total in totals for seed in seeds]
-    tasks += [("real", seed, 12_000) for seed in real_seeds]
+    if args.params:
+        print(f"knobs: {args.params}")
+    tasks = [("healthy", seed, total, signals, args.params) for total in totals for seed in seeds]
+    tasks += [("faulty", seed, total, signals, args.params) for total in totals for seed in seeds]
+    tasks += [("real", seed, 12_000, signals, args.params) for seed in real_seeds]
     healthy: dict[str, list[Outcome]] = {}
     faulty: dict[str, list[Outcome]] = {}
     with ProcessPoolExecutor(args.workers) as pool:
@@ -536,10 +661,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{plateaus / all_jobs:.1%} where the noise-free curve clearly learns; stalls: {stalls}",
     )
 
-    ours, window, base = cost_per_ingest(5_000 if args.quick else 50_000)
+    ours, window, base, with_lr = cost_per_ingest(5_000 if args.quick else 50_000)
     print(
         f"\nanalysis cost per ingest: {ours:.1f} us (target < 100 us); observe_window alone: {window:.1f} us;",
-        f"baseline list.append: {base:.2f} us; ratio {ours / base:.0f}x",
+        f"baseline list.append: {base:.2f} us; ratio {ours / base:.0f}x;",
+        f"with a learning rate and evaluations: {with_lr:.1f} us",
     )
     print(f"(ran in {time.perf_counter() - started:.1f} s)")
     return 0
