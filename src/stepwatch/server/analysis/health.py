@@ -288,6 +288,7 @@ class HealthTracker:
         self._lr = LearningRate()
         self._lr_flat = False  # the learning rate has been zero for the confirmation (decided on observation)
         self._eval = EvalTrend(self._eval_direction)
+        self._veto_cache: tuple[tuple[float, float, float], tuple[float, float, int] | None] | None = None
 
     # ------------------------------------------------------------------------------------------
     # Observations
@@ -695,11 +696,17 @@ class HealthTracker:
         if self.eval_metric is None:
             return None
         p = self.params
-        found = self._eval.improvement(since, self._plateau_window(), p.eval_min_points)
+        window = self._plateau_window()
+        key = (since, self._eval.newest(), window)
+        if self._veto_cache is not None and self._veto_cache[0] == key:
+            return self._veto_cache[1]  # a verdict follows every ingest; the evaluations change every few minutes
+        found = self._eval.improvement(since, window, p.eval_min_points)
         if found is None:
             return None
         gain, se, _ = found
-        return found if gain > 0 and gain >= p.noise_z * se else None
+        vetoed = found if gain > 0 and gain >= p.noise_z * se else None
+        self._veto_cache = (key, vetoed)
+        return vetoed
 
     def _not_learning(self) -> Verdict | None:
         plateau = self._plateau

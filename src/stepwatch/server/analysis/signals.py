@@ -98,6 +98,10 @@ class EvalTrend:
             return
         self._points.append((t, value))
 
+    def newest(self) -> float:
+        """The time of the newest point (-inf before any)."""
+        return self._points[-1][0] if self._points else -math.inf
+
     def improvement(self, since: float, span: float, min_points: int) -> tuple[float, float, int] | None:
         """The improvement since ``since``, relative per ``span`` seconds, its standard error and the
         points it rests on; ``None`` with fewer than ``min_points`` points since then.
