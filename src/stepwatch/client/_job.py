@@ -1,6 +1,9 @@
 """A job as the API shows it: identity read at once, its parts (progress, ETA, health, cost...) at first access,
-so that a list of 10,000 jobs costs little more than its JSON; ``raw`` keeps the JSON object (what
-``stepwatch jobs -o json`` prints)."""
+so that a list of 10,000 jobs costs little more than its JSON; ``raw`` is the JSON object (what
+``stepwatch jobs -o json`` prints).
+
+Lists come in the server's column form (one array per field, see :class:`Columns`): a job of a list reads
+its fields from its place in the columns, and builds ``raw`` only when it is asked for."""
 
 from __future__ import annotations
 
@@ -10,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import Command, format_rfc3339
+from ._errors import InvalidResponse
 from ._models import JobPolicy, _pandas, command_from
 from ._parse import as_dict, as_list, opt_float, opt_int, opt_str, req_int, req_str, sub, to_float
 
 __all__ = [
     "END_STATES",
     "LOSS_KEYS",
+    "Columns",
     "Cost",
     "Eta",
     "Health",
@@ -231,6 +236,62 @@ class Rank:
         )
 
 
+class Columns:
+    """A list in the server's column form (``?form=columns``): ``{name: [one value per job]}``.
+
+    A name is a field of the job view, or ``field.subfield`` for the fields of its objects
+    (``progress.percent``); the value of job ``i`` is the ``i``-th of each column. Columns this client does
+    not know are kept (``raw`` has them), so a later server may add some.
+    """
+
+    __slots__ = ("_fields", "length")
+
+    def __init__(self, raw: object, where: str = "jobs.columns") -> None:
+        columns = as_dict(raw, where)
+        length: int | None = None
+        fields: dict[str, Any] = {}
+        """A view's field: its column, or ``[(subfield, column), ...]`` for an object."""
+        for name, values in columns.items():
+            column = as_list(values, f"{where}.{name}")
+            if length is None:
+                length = len(column)
+            elif len(column) != length:
+                raise InvalidResponse(
+                    f"the server's answer is malformed: {where}.{name} has {len(column)} values, "
+                    f"the other columns {length}"
+                )
+            top, dot, key = name.partition(".")
+            kept = fields.setdefault(top, _Group() if dot else column)
+            if dot and isinstance(kept, _Group):
+                kept.append((key, column))
+            elif kept is not column:
+                raise InvalidResponse(f"the server's answer is malformed: {where}.{name} clashes with another column")
+        self._fields = fields
+        self.length = length or 0
+
+    def value(self, key: str, i: int) -> Any:
+        """Field ``key`` of job ``i`` as the item form has it (an object for ``progress``...; ``None``: absent)."""
+        found = self._fields.get(key)
+        if found is None:
+            return None
+        if isinstance(found, _Group):
+            return {sub_key: column[i] for sub_key, column in found}
+        return found[i]
+
+    def column(self, key: str) -> list[Any] | None:
+        """A top-level field's column (``None``: absent, or an object's field)."""
+        found = self._fields.get(key)
+        return None if found is None or isinstance(found, _Group) else found
+
+    def item(self, i: int) -> dict[str, Any]:
+        """Job ``i`` as one JSON object, as the item form has it."""
+        return {key: self.value(key, i) for key in self._fields}
+
+
+class _Group(list[tuple[str, list[Any]]]):
+    """The columns of one object of the view: ``(subfield, column)`` pairs."""
+
+
 class Job:
     """One job (its latest attempt, unless asked for another), as the server showed it when it answered.
 
@@ -239,12 +300,13 @@ class Job:
     (``None`` in lists).
     """
 
-    __slots__ = ("_parts", "attempt", "name", "namespace", "raw", "state")
+    __slots__ = ("_at", "_columns", "_parts", "_raw", "attempt", "name", "namespace", "state")
 
     def __init__(self, raw: object, where: str = "job") -> None:
         obj = as_dict(raw, where)
-        self.raw: dict[str, Any] = obj
-        """The JSON object of the API."""
+        self._raw: dict[str, Any] | None = obj
+        self._columns: Columns | None = None
+        self._at = 0
         self.namespace: str = req_str(obj, "namespace", where)
         self.name: str = req_str(obj, "name", where)
         self.state: str = req_str(obj, "state", where)
@@ -252,11 +314,44 @@ class Job:
         self.attempt: int = opt_int(obj, "attempt", where) or 1
         self._parts: dict[str, Any] = {}
 
+    @classmethod
+    def _listed(cls, columns: Columns, i: int, namespace: str, name: str, state: str, attempt: int) -> Job:
+        """Job ``i`` of a list in column form (its identity already checked)."""
+        job = cls.__new__(cls)
+        job._raw, job._columns, job._at = None, columns, i
+        job.namespace, job.name, job.state, job.attempt = namespace, name, state, attempt
+        job._parts = {}
+        return job
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The JSON object of the API."""
+        if self._raw is None:
+            assert self._columns is not None
+            self._raw = self._columns.item(self._at)
+        return self._raw
+
+    def _get(self, key: str) -> Any:
+        if self._raw is not None:
+            return self._raw.get(key)
+        assert self._columns is not None
+        return self._columns.value(key, self._at)
+
+    def _sub(self, key: str) -> Any:
+        if self._raw is not None:
+            return sub(self._raw, key, "job")
+        assert self._columns is not None
+        value = self._columns.value(key, self._at)
+        return value if isinstance(value, dict) else sub({key: value}, key, "job")
+
     def _part(self, key: str, reader: Any) -> Any:
         found = self._parts.get(key)
         if found is None:
-            found = self._parts[key] = reader(sub(self.raw, key, "job"), key)
+            found = self._parts[key] = reader(self._sub(key), key)
         return found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Job, (self.raw,))  # a job of a list pickles alone, not with its list's columns
 
     # ------------------------------------------------------------------------------- the parts
 
@@ -311,29 +406,29 @@ class Job:
         """The last value of each metric (NaN and ±Inf as floats)."""
         found = self._parts.get("metrics")
         if found is None:
-            raw = sub(self.raw, "metrics", "job")
+            raw = self._sub("metrics")
             found = self._parts["metrics"] = {k: to_float(v, "job.metrics", k) for k, v in raw.items()}
         return dict(found)
 
     @property
     def params(self) -> dict[str, Any]:
         """Hyperparameters (only in a job read on its own)."""
-        return dict(sub(self.raw, "params", "job"))
+        return dict(self._sub("params"))
 
     @property
     def reason(self) -> str:
         """Why it ended (or was stopped), when it said."""
-        return opt_str(self.raw, "reason", "job") or ""
+        return opt_str({"reason": self._get("reason")}, "reason", "job") or ""
 
     @property
     def exit_code(self) -> int | None:
         """The exit code of its process (jobs started with ``stepwatch run``)."""
-        return opt_int(self.raw, "exit_code", "job")
+        return opt_int({"exit_code": self._get("exit_code")}, "exit_code", "job")
 
     @property
     def source(self) -> str:
         """``native``, ``runner`` or ``kubeflow``."""
-        return opt_str(self.raw, "source", "job") or "native"
+        return opt_str({"source": self._get("source")}, "source", "job") or "native"
 
     @property
     def loss(self) -> float | None:
@@ -357,7 +452,7 @@ class Job:
     @property
     def trainer_status(self) -> TrainerStatus:
         """The same state in Kubeflow Trainer's ``trainerStatus`` shape (the server's, or built alike for lists)."""
-        raw = self.raw.get("trainerStatus")
+        raw = self._get("trainerStatus")
         if raw is not None:
             return TrainerStatus.from_dict(as_dict(raw, "job.trainerStatus"))
         metrics = [(k, _metric_string(v)) for k, v in sorted(self.metrics.items())]
@@ -377,13 +472,13 @@ class Job:
     @property
     def metric_names(self) -> list[str] | None:
         """Every metric it has history for."""
-        names = self.raw.get("metric_names")
+        names = self._get("metric_names")
         return [str(n) for n in as_list(names, "job.metric_names")] if names is not None else None
 
     @property
     def pending_commands(self) -> list[Command] | None:
         """Commands it has not acknowledged yet."""
-        items = self.raw.get("pending_commands")
+        items = self._get("pending_commands")
         if items is None:
             return None
         return [command_from(c, f"job.pending_commands[{i}]") for i, c in enumerate(as_list(items, "job"))]
@@ -391,13 +486,13 @@ class Job:
     @property
     def policy(self) -> JobPolicy | None:
         """Its policy: own layer, effective policy, what it did."""
-        found = self.raw.get("policy")
+        found = self._get("policy")
         return JobPolicy.from_dict(as_dict(found, "job.policy"), "job.policy") if found is not None else None
 
     @property
     def ranks(self) -> list[Rank] | None:
         """Each rank's last heartbeat."""
-        items = self.raw.get("ranks")
+        items = self._get("ranks")
         if items is None:
             return None
         return [Rank.from_dict(as_dict(r, f"job.ranks[{i}]"), f"job.ranks[{i}]") for i, r in enumerate(items)]

