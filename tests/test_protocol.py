@@ -1116,6 +1116,19 @@ def test_decode_body_rejects_invalid_json(body: bytes) -> None:
     rejected(lambda: decode_body(body), "", "not valid JSON")
 
 
+def test_decode_body_uses_the_fast_parser_and_falls_back_on_any_refusal() -> None:
+    body = json.dumps(report(metrics=[window("a", last=NAN)])).encode()  # a bare NaN token
+
+    def refuses(raw: bytes) -> Any:
+        raise ValueError("not for me")
+
+    assert decode_body(b'{"a": 1}', lambda raw: {"fast": True}) == {"fast": True}
+    assert math.isnan(decode_body(body, refuses)["metrics"][0]["last"])
+    rejected(lambda: decode_body(b"{", refuses), "", "not valid JSON")  # the standard parser words the error
+    with pytest.raises(BodyTooLarge):  # the limits hold whichever parser reads
+        decode_body(b" " * (LIMITS.max_body_bytes + 1), lambda raw: {})
+
+
 def test_decode_body_of_deep_nesting_raises_only_protocol_error() -> None:
     depth = 32_000
     body = b"[" * depth + b"]" * depth

@@ -25,7 +25,7 @@ import datetime as _dt
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -748,21 +748,38 @@ def encode_body(obj: Mapping[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode()
 
 
-def decode_body(body: bytes) -> Any:
-    """Parse a request body, enforcing the size limit; raises :class:`ProtocolError`."""
+def decode_body(body: bytes, fast_loads: Callable[[bytes], Any] | None = None) -> Any:
+    """Parse a request body, enforcing the size limit; raises :class:`ProtocolError`.
+
+    ``fast_loads`` (the server passes ``orjson.loads``) is tried first: a strict parser that accepts a
+    subset of what the standard one does and reads it the same way. Whatever it refuses (``NaN``
+    constants, integers beyond 64 bits, bad input) goes to the standard parser, which decides and
+    words the error.
+    """
     if len(body) > LIMITS.max_body_bytes:
         raise BodyTooLarge("", f"body is {len(body)} bytes; the limit is {LIMITS.max_body_bytes} bytes (64 KiB)")
     too_deep = f"body nests too deeply: at most {LIMITS.max_depth} levels of objects and arrays"
-    try:
-        data = json.loads(body, parse_constant=_NONFINITE_IN.__getitem__)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError("", f"body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ProtocolError("", too_deep) from None
+    data: Any = _UNPARSED
+    if fast_loads is not None:
+        try:
+            data = fast_loads(body)
+        except Exception:  # any refusal: the standard parser below decides
+            data = _UNPARSED
+    if data is _UNPARSED:
+        try:
+            data = json.loads(body, parse_constant=_NONFINITE_IN.__getitem__)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError("", f"body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ProtocolError("", too_deep) from None
     # only a body with more brackets than the limit can nest deeper than it: most are not walked at all
     if body.count(b"[") + body.count(b"{") > LIMITS.max_depth and _deeper_than(data, LIMITS.max_depth):
         raise ProtocolError("", too_deep)
     return data
+
+
+_UNPARSED = object()
+"""What ``decode_body`` holds before a parser has read the body (``None`` is a valid body)."""
 
 
 def _deeper_than(value: Any, limit: int) -> bool:

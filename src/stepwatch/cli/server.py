@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server import ServerSettings, create_app
+        from ..server.process import tune_for_serving
         from ..server.slow_clients import protocol_class
         from ..server.store import StoreError
     except ImportError as exc:
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host
     scheme = "https" if tls else "http"
     print(f"stepwatch server on {scheme}://{shown}:{settings.port} (database {path}); API docs at /docs", flush=True)
+    tune_for_serving()  # flat tail latency: no full GC pause every few seconds (see server.process)
     # keep-alive past the 10 s heartbeat of ranks other than 0, so they do not reconnect every time
     uvicorn.run(
         app,

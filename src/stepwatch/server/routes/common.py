@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import re
 import time
 import weakref
 from collections.abc import Callable
@@ -27,10 +28,19 @@ from ..store import Job, Store, StoreError
 from ..views import CompactViews
 from ..writer import ReportWriter
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is in the server extra
+    orjson = None  # type: ignore[assignment]
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+"""A run of 19 digits: a number orjson might not read exactly (it turns integers beyond 64 bits into floats)."""
+
 __all__ = [
     "Services",
     "authorize",
     "blocking",
+    "fast_json_loads",
     "hash_token",
     "identify",
     "read_json",
@@ -118,11 +128,23 @@ async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any
         message = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
         raise ApiError(408, message, headers={"Connection": "close"}) from None
     try:
-        return decode_body(bytes(body))
+        return decode_body(bytes(body), fast_json_loads)
     except BodyTooLarge as exc:
         raise ApiError(413, exc.message) from None
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
+
+
+def fast_json_loads(body: bytes) -> Any:
+    """orjson's reading of a body, for ``decode_body`` to try first (~3x faster than the standard parser).
+
+    Refuses (``ValueError``) what orjson would read differently from the standard parser, integers
+    beyond 64 bits (it makes them floats), and whatever orjson itself refuses (bare ``NaN`` tokens,
+    bad JSON): ``decode_body`` then reads the body the standard way. Without orjson, it refuses all.
+    """
+    if orjson is None or _LONG_DIGITS.search(body):
+        raise ValueError("left to the standard parser")
+    return orjson.loads(body)
 
 
 def check_name(value: str, what: str) -> str:

@@ -15,6 +15,7 @@ from ...protocol import GpuReading, ProtocolError, Report, ReportResponse, Train
 from .. import health
 from ..errors import ApiError
 from ..estimates import HORIZON_S, estimate_due, estimate_from_samples
+from ..responses import FastJSONResponse
 from ..store import IngestResult, Job, PendingReport
 from ..store.base import FINAL_STATES
 from ..views import job_view, json_float
@@ -54,7 +55,7 @@ async def report(request: Request) -> JSONResponse:
         if after.policy_fired != result.job.policy_fired:  # its policy queued commands: they go with this answer
             commands = tuple(await blocking(svc.store.pending_commands, job.id))
     answer = ReportResponse(accepted_seq=parsed.seq, commands=commands)
-    return JSONResponse(answer.to_dict())
+    return FastJSONResponse(answer.to_dict())
 
 
 async def trainer_status(request: Request) -> JSONResponse:
