@@ -485,6 +485,42 @@ def test_a_locked_database_answers_503_and_reads_go_on(db_path: Path, clock: Any
     store.close()
 
 
+def test_a_write_that_must_not_wait_is_refused_while_another_holds_the_lock(
+    db_path: Path, make_report: MakeReport
+) -> None:
+    store = ImpatientStore(db_path)
+    job = store.register("default", "nowait", token_hash="h", now=1.0)
+    busy = int(store._writer.execute("PRAGMA busy_timeout").fetchone()[0])
+
+    def pending(seq: int) -> list[PendingReport]:
+        return [PendingReport(job, Report.from_dict(make_report(seq, seq, {"loss": 1.0 / seq})), 10.0 + seq)]
+
+    written = store.ingest_reports_nowait(pending(1))
+    assert written is not None and isinstance(written[0], IngestResult) and not written[0].duplicate
+
+    other_process = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    other_process.execute("BEGIN IMMEDIATE")  # another process writes the file
+    try:
+        started = time.monotonic()
+        assert store.ingest_reports_nowait(pending(2)) is None  # at once, not after the busy timeout
+        assert time.monotonic() - started < 0.1
+    finally:
+        other_process.execute("ROLLBACK")
+        other_process.close()
+    assert int(store._writer.execute("PRAGMA busy_timeout").fetchone()[0]) == busy  # the wait is back for others
+
+    store._write_lock.acquire()  # another thread of this server writes (a registration, a retention pass)
+    try:
+        assert store.ingest_reports_nowait(pending(2)) is None
+    finally:
+        store._write_lock.release()
+
+    again = store.ingest_reports_nowait(pending(2))
+    assert again is not None and isinstance(again[0], IngestResult)
+    assert [p.step for p in store.series(job.id, "loss")] == [1, 2]  # nothing written twice, nothing lost
+    store.close()
+
+
 def test_a_full_disk_answers_503(db_path: Path, clock: Any, make_report: MakeReport) -> None:
     from starlette.testclient import TestClient
 

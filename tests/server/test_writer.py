@@ -110,3 +110,64 @@ def test_batches_are_bounded(max_batch: int) -> None:
     asyncio.run(main())
     assert max(len(b) for b in store.batches) <= max_batch
     assert sorted(n for b in store.batches for n in b) == [float(n) for n in range(7)]
+
+
+class NowOrThread:
+    """A store's ``ingest_reports_nowait``: writes at once (recorded) unless ``busy``; then ``None``."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.busy = False
+        self.calls = 0
+
+    def __call__(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError] | None:
+        self.calls += 1
+        if self.busy:
+            return None
+        return self.recorder(batch)
+
+
+def test_a_store_that_need_not_wait_is_written_on_the_loop_and_a_busy_one_in_a_thread() -> None:
+    store = Recorder()
+    now = NowOrThread(store)
+    threads: list[str] = []
+
+    async def traced_offload(fn: Callable[..., Any], *args: Any) -> Any:
+        threads.append("thread")
+        return await offload(fn, *args)
+
+    async def main() -> tuple[ReportWriter, list[IngestResult]]:
+        writer = ReportWriter(store, traced_offload, write_now=now)
+        first = await asyncio.gather(*(writer.write(item(n)) for n in range(3)))
+        now.busy = True  # another thread or process holds the lock: the batch goes to a thread, which waits
+        second = await writer.write(item(3))
+        return writer, [*first, second]
+
+    writer, results = asyncio.run(main())
+    assert len(results) == 4 and all(isinstance(r, IngestResult) for r in results)
+    assert store.batches == [[0.0, 1.0, 2.0], [3.0]]
+    assert threads == ["thread"]
+    assert writer.written_now == 3 and writer.written == 4
+
+
+def test_a_failure_on_the_loop_fails_each_report_of_its_batch() -> None:
+    store = Recorder()
+    store.fail_items = {1.0}
+
+    async def main() -> list[Any]:
+        writer = ReportWriter(store, offload, write_now=NowOrThread(store))
+        outcomes = await asyncio.gather(*(writer.write(item(n)) for n in range(3)), return_exceptions=True)
+        store.fail_batch = True
+        failed = await asyncio.gather(writer.write(item(7)), writer.write(item(8)), return_exceptions=True)
+        store.fail_batch = False
+        return [*outcomes, *failed, await writer.write(item(9))]
+
+    outcomes = asyncio.run(main())
+    assert [type(o).__name__ for o in outcomes] == [
+        "IngestResult",
+        "StoreError",
+        "IngestResult",
+        "StoreError",
+        "StoreError",
+        "IngestResult",
+    ]

@@ -4,6 +4,13 @@ A report is answered only after the transaction that holds it has committed (an 
 is never lost), but one transaction and one trip to a worker thread serve every report that arrived
 meanwhile. At a low rate each batch holds one report and nothing waits; under load the batches grow
 by themselves and the per-report cost of the commit and the thread hop falls with them.
+
+A store whose write needs no waiting (the embedded SQLite file, when no other thread or process holds
+its lock) is written from the event loop itself (``write_now``): in a worker thread, each of the
+twenty-odd SQLite calls of a batch gave up the GIL and then waited for the busy event loop to hand it
+back, which stretched batches to 40-70 ms under load and made the tail latency (paced at half the
+capacity: p99 76 ms on the thread, 33 ms on the loop, same run). When the lock is taken the batch goes
+to the thread, which waits for it as before.
 """
 
 from __future__ import annotations
@@ -17,13 +24,16 @@ from .store import IngestResult, PendingReport, StoreError
 __all__ = ["ReportWriter"]
 
 WriteBatch = Callable[[Sequence[PendingReport]], list[IngestResult | StoreError]]
+WriteNow = Callable[[Sequence[PendingReport]], "list[IngestResult | StoreError] | None"]
+"""A batch written at once, or ``None`` (nothing written) when it would have to wait."""
 
 
 class ReportWriter:
     """Writes reports in batches through ``write`` (run in a worker thread by ``offload``).
 
     ``write`` is the store's ``ingest_reports``; ``offload`` runs it away from the event loop and
-    turns a store failure of the whole batch into an exception for every report in it.
+    turns a store failure of the whole batch into an exception for every report in it. ``write_now``
+    (the store's ``ingest_reports_nowait``), when given, is tried first on the event loop.
     """
 
     def __init__(
@@ -31,9 +41,13 @@ class ReportWriter:
         write: WriteBatch,
         offload: Callable[[WriteBatch, list[PendingReport]], Awaitable[Any]],
         max_batch: int = 256,
+        write_now: WriteNow | None = None,
     ) -> None:
         self._write = write
         self._offload = offload
+        self._write_now = write_now
+        self.written_now = 0
+        """Reports written on the event loop (the others went to a worker thread)."""
         self.max_batch = max_batch
         self._queue: list[tuple[PendingReport, asyncio.Future[IngestResult]]] = []
         self._task: asyncio.Task[None] | None = None
@@ -52,10 +66,14 @@ class ReportWriter:
         try:
             while self._queue:
                 batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
+                items = [item for item, _ in batch]
                 try:
-                    results: list[IngestResult | StoreError] = await self._offload(
-                        self._write, [item for item, _ in batch]
-                    )
+                    results = self._write_now(items) if self._write_now is not None else None
+                    if results is None:
+                        results = await self._offload(self._write, items)
+                    else:
+                        self.written_now += len(items)
+                        await asyncio.sleep(0)  # let waiting requests in: what they bring joins the next batch
                 except BaseException as exc:  # the whole batch failed (database locked, disk full...)
                     for _, future in batch:
                         if not future.done():

@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -76,7 +77,8 @@ class Services:
     """Writes native reports in batches (group commit)."""
 
     def __post_init__(self) -> None:
-        self.writer = ReportWriter(self.store.ingest_reports, blocking)
+        write_now = at_once(self.store.ingest_reports_nowait)  # on the loop when the store need not wait
+        self.writer = ReportWriter(self.store.ingest_reports, blocking, write_now=write_now)
         self.policies = PolicyEngine(PolicyBook(), self.store, self.live, blocking)
         self.health.metric_of = self.policies.book.metric_of
 
@@ -103,7 +105,23 @@ async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return await anyio.to_thread.run_sync(call, limiter=limiter)
     except StoreError as exc:
-        raise ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"}) from None
+        raise _unavailable(exc) from None
+
+
+def at_once(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """A store call made on the event loop (one that never waits), with ``blocking``'s 503 on failure."""
+
+    def call(arg: T) -> R:
+        try:
+            return fn(arg)
+        except StoreError as exc:
+            raise _unavailable(exc) from None
+
+    return call
+
+
+def _unavailable(exc: StoreError) -> ApiError:
+    return ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"})
 
 
 async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any:

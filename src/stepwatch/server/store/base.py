@@ -301,6 +301,17 @@ class Store(abc.ABC):
                 results.append(exc)
         return results
 
+    def ingest_reports_nowait(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError] | None:
+        """``ingest_reports`` when it can be done at once, without waiting for a lock or the network;
+        ``None`` (nothing written) when it cannot.
+
+        The server calls it on its event loop before handing a batch to a worker thread: where a write
+        is a few local file operations (the embedded SQLite store), the thread hop and the wait for the
+        GIL after every statement cost more than the write. Stores that wait on a network never can:
+        this default says so.
+        """
+        return None
+
     @abc.abstractmethod
     def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
         """Store an upstream Kubeflow status as progress and history."""

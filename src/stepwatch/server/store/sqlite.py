@@ -55,6 +55,14 @@ from .sqlite_schema import MIGRATIONS, PROGRESS_SQL, SCHEMA_VERSION, SORT_SQL
 __all__ = ["SQLiteStore"]
 
 
+BUSY_TIMEOUT_MS = 10_000
+"""How long a write waits for another process's write lock before it fails ("database is locked")."""
+
+
+class _WouldWait(Exception):
+    """A write that was asked not to wait found the lock taken."""
+
+
 class SQLiteStore(Store):
     """The embedded default store (see the module docstring)."""
 
@@ -79,6 +87,8 @@ class SQLiteStore(Store):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._writer = self._connect()
+        self._busy_ms = int(self._writer.execute("PRAGMA busy_timeout").fetchone()[0])
+        """How long the writer waits for another process's lock (what a write that must not wait restores)."""
         self._migrate()
 
     # ------------------------------------------------------------------------------- connections
@@ -89,7 +99,7 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the database {self.path}: {exc}") from None
         self._all.append(conn)
@@ -102,12 +112,27 @@ class SQLiteStore(Store):
         return conn
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._write_lock:
+    def _write(self, wait: bool = True) -> Iterator[sqlite3.Connection]:
+        """The writer's transaction; ``wait=False``: :class:`_WouldWait` rather than waiting for the lock
+        of this store (another thread writes) or of the file (another process writes)."""
+        if not self._write_lock.acquire(blocking=wait):
+            raise _WouldWait
+        try:
             conn = self._writer
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                if wait:
+                    conn.execute("BEGIN IMMEDIATE")
+                else:
+                    conn.execute("PRAGMA busy_timeout=0")
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 (version,) = conn.execute("PRAGMA data_version").fetchone()
+            except sqlite3.OperationalError as exc:
+                if not wait and not conn.in_transaction and "locked" in str(exc):
+                    raise _WouldWait from None
+                raise StoreError(f"the database cannot be written: {exc}") from None
             except sqlite3.Error as exc:
                 raise StoreError(f"the database cannot be written: {exc}") from None
             if version != self._data_version:  # another process wrote the file: what we cached may be old
@@ -131,6 +156,8 @@ class SQLiteStore(Store):
                 if isinstance(exc, sqlite3.Error):  # disk full, I/O error, corruption...
                     raise StoreError(f"the database cannot be written: {exc}") from None
                 raise
+        finally:
+            self._write_lock.release()
 
     def _remember(self, job: Job, token_hash: str | None = None, latest: bool = False) -> None:
         """Cache a job written by the open transaction, once it commits (``latest``: just registered)."""
@@ -383,8 +410,18 @@ class SQLiteStore(Store):
 
     def ingest_reports(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
         """Store reports in one transaction (each in a savepoint of its own, so one failure stays its own)."""
+        return self._ingest_batch(batch, wait=True)
+
+    def ingest_reports_nowait(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError] | None:
+        """``ingest_reports`` unless another thread or process holds the write lock (then ``None``)."""
+        try:
+            return self._ingest_batch(batch, wait=False)
+        except _WouldWait:
+            return None
+
+    def _ingest_batch(self, batch: Sequence[PendingReport], wait: bool) -> list[IngestResult | StoreError]:
         results: list[IngestResult | StoreError] = []
-        with self._write() as conn:
+        with self._write(wait) as conn:
             for item in batch:
                 conn.execute("SAVEPOINT report")
                 before = self._remembered.get(item.job.id)
