@@ -130,9 +130,17 @@ def test_stop_is_enforced_after_the_grace_period(server: str) -> None:
     assert (found["state"], found["reason"]) == ("stopped", "plateau")
 
 
-def test_ctrl_c_is_forwarded_and_the_job_is_stopped(server: str) -> None:
+IGNORING_SIGINT = ["sh", "-c", "trap '' INT; exec \"$@\"", "sh"]
+"""A prefix that starts a command with SIGINT ignored, as nohup or `&` without job control do."""
+
+
+@pytest.mark.parametrize("started", ["from a terminal", "in the background"])
+def test_ctrl_c_is_forwarded_and_the_job_is_stopped(server: str, started: str) -> None:
+    # in the background (nohup, `&` without job control) a process starts with SIGINT ignored, and its
+    # children inherit that: the runner must still get its forwarded interrupt to the command
     process = subprocess.Popen(
-        [sys.executable, "-m", "stepwatch", "run", "--server", server, "--name", "interrupted", "--",
+        [*(IGNORING_SIGINT if started == "in the background" else []),
+         sys.executable, "-m", "stepwatch", "run", "--server", server, "--name", "interrupted", "--",
          sys.executable, "-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.1)"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

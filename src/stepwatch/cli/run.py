@@ -120,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
     env.pop("STEPWATCH_TOKEN_FILE", None)
     _add_autoinstrumentation(env)
     print(f"stepwatch: job {namespace}/{name} (attempt {job.attempt}) at {url}", file=sys.stderr, flush=True)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started in the background (nohup, `&` without job control): the command would inherit Ctrl-C
+        # ignored, and the interrupt this runner forwards (stop, Ctrl-C) would never reach it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         process = subprocess.Popen(command, env=env, start_new_session=True)
     except OSError as exc:
