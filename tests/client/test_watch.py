@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 from swtest import Proxy, Server, start_job, step_until
 
@@ -61,6 +62,21 @@ class Collector:
                 return out
 
 
+def subscribers(server: str) -> int:
+    """How many live streams the server has open (its /healthz says)."""
+    return int(httpx.get(f"{server}/healthz", timeout=5).json()["subscribers"])
+
+
+def watching(server: str, updates: Iterator[Update], before: int, timeout: float = 10.0) -> Collector:
+    """A collector of ``updates``, once the server has their stream open: an update published before
+    that goes to nobody (a first connection has no id to resume from), and a test would wait for it."""
+    seen = Collector(updates)
+    deadline = time.monotonic() + timeout
+    while subscribers(server) <= before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return seen
+
+
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reconnect within half a second at most (10 s in real life), so that the tests stay short."""
@@ -69,7 +85,7 @@ def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_watch_yields_typed_updates(server: str, ns: str, client: Client) -> None:
     run = start_job(server, ns, "live", total_steps=50)
-    seen = Collector(client.watch("live", ns, timeout=20))
+    seen = watching(server, client.watch("live", ns, timeout=20), subscribers(server))
     run.step(loss=0.5)
     job_update = seen.take(JobUpdate)
     assert isinstance(job_update, JobUpdate) and job_update.job.name == "live" and job_update.id
@@ -94,7 +110,7 @@ def test_a_cut_connection_resumes_without_duplicates_or_gaps(server: str, ns: st
     the server replays what it missed: every step once, in order."""
     run = start_job(server, ns, "cut", total_steps=1000, interval=0.02)
     with Client(proxy.url) as client:
-        seen = Collector(client.watch("cut", ns, timeout=30))
+        seen = watching(server, client.watch("cut", ns, timeout=30), subscribers(server))
         run.step(loss=1.0)
         seen.take(PointsUpdate)
         proxy.refuse = True  # the way back stays shut for a while: updates pile up on the server's side
@@ -122,7 +138,7 @@ def test_a_cut_connection_resumes_without_duplicates_or_gaps(server: str, ns: st
 def test_without_reconnect_a_cut_is_an_error(server: str, ns: str, proxy: Proxy) -> None:
     run = start_job(server, ns, "once")
     with Client(proxy.url) as client:
-        seen = Collector(client.watch("once", ns, reconnect=False, timeout=20))
+        seen = watching(server, client.watch("once", ns, reconnect=False, timeout=20), subscribers(server))
         run.step(loss=1.0)
         seen.take(JobUpdate)
         proxy.refuse = True
@@ -158,7 +174,7 @@ def test_the_server_gone_mid_watch(own_server: Server, ns: str) -> None:
 
 def test_watch_all_namespaces_and_resume_from_an_id(server: str, ns: str, client: Client) -> None:
     run = start_job(server, ns, "everywhere")
-    seen = Collector(client.watch(timeout=20))
+    seen = watching(server, client.watch(timeout=20), subscribers(server))
     run.step(loss=2.0)
     first = seen.take(PointsUpdate)
     assert first.namespace == ns
