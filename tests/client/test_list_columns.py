@@ -195,14 +195,6 @@ def test_a_listed_job_pickles_alone(listed: tuple[str, Clock]) -> None:
 # ------------------------------------------------------------------- older servers and malformed columns
 
 
-@pytest.fixture
-def scripted() -> Iterator[Scripted]:
-    s = Scripted()
-    s.on("GET", "/api/v1/version", (200, {"version": "9.9.9", "api_version": "v1"}))
-    yield s
-    s.close()
-
-
 ITEM = {"namespace": "a", "name": "j", "attempt": 2, "state": "running", "progress": {"percent": 5.0},
         "metrics": {"loss": "NaN", "grad_norm": "Infinity", "lr": "-Infinity"}}  # fmt: skip
 
