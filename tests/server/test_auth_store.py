@@ -16,6 +16,7 @@ from stepwatch.server.auth import mint_token
 from stepwatch.server.routes.common import hash_token
 from stepwatch.server.store import AuditEntry, SQLiteStore, Store
 from stepwatch.server.store.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
+from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 
 
 def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -108,4 +109,4 @@ def test_a_version_3_sqlite_database_gains_tokens_and_audit_and_keeps_its_data(t
     finally:
         store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SQLITE_SCHEMA_VERSION,)

@@ -9,7 +9,7 @@ plain frozen dataclasses: what the store gives out cannot change behind it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +25,7 @@ __all__ = [
     "HEALTH_STATES",
     "JOB_STATES",
     "SORT_KEYS",
+    "ChangeListener",
     "Event",
     "IngestResult",
     "Job",
@@ -226,8 +227,18 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+ChangeListener = Callable[[frozenset[int] | None], None]
+"""Told the ids of jobs another process changed in the database (``None``: any job may have changed).
+Called in whatever thread heard the change; it must be quick and must not raise."""
+
+
 class Store(abc.ABC):
     """Where jobs, their history and their events live."""
+
+    def follow_changes(self, listener: ChangeListener) -> None:
+        """Tell ``listener`` which jobs other processes change (PostgreSQL replicas, the workers of one
+        server on one SQLite file), so that what was kept in memory about them is dropped. A store that
+        is its database's only writer never calls it."""
 
     @abc.abstractmethod
     def register(

@@ -41,6 +41,7 @@ from . import rollups
 from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
 from .base import (
     FINAL_STATES,
+    ChangeListener,
     Event,
     IngestResult,
     Job,
@@ -55,10 +56,10 @@ from .base import (
     StoreError,
     health_change_is_event,
 )
-from .postgres_cache import ReplicaCache, changes_payload
 from .postgres_ingest import ReportFailed, write_reports, write_status
 from .postgres_notify import Listener
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, SORT_SQL, channel, lock_key
+from .replica_cache import ReplicaCache, changes_payload
 from .rollups import FANOUT
 from .rows import JOB_COLUMNS, column_value, job_from_row, load_float
 
@@ -266,6 +267,10 @@ class PostgresStore(Store):
         self._pool.close()
 
     # ------------------------------------------------------------------------------------ caching
+
+    def follow_changes(self, listener: ChangeListener) -> None:
+        """Tell ``listener`` which jobs the other replicas change (as their notifications are heard)."""
+        self._cache.listeners.append(listener)
 
     def _on_listening(self, listening: bool) -> None:
         self._forget_tokens()

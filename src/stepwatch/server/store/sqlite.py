@@ -6,6 +6,14 @@ lets reads proceed while a write is in progress. ``synchronous=NORMAL`` with WAL
 committed transaction across a crash of the server process (SIGKILL included): an acknowledged
 report is never lost. The schema carries its version in ``PRAGMA user_version``; migrations only
 add, so an upgrade never loses data.
+
+Other processes may write the same file: ``stepwatch db`` commands, and the worker processes of one
+server (``stepwatch server --workers N``). Each write transaction appends the jobs it changed to the
+write log (table ``write_log``); before this store trusts what it keeps in memory it reads the rows
+the others appended since (:meth:`SQLiteStore._follow`), and forgets those jobs
+(:class:`.ReplicaCache`). A store opened with ``shared=True`` (a server worker) does so before every
+read it could answer from memory, as well as at each write; one that is the file's only server does so
+at each write, when the file changed under it.
 """
 
 from __future__ import annotations
@@ -47,7 +55,8 @@ from .base import (
     StoreError,
     health_change_is_event,
 )
-from .cache import JobCache
+from .base import ChangeListener
+from .replica_cache import ReplicaCache, changes_payload
 from .rollups import FANOUT
 from .rows import JOB_COLUMNS, column_value, job_from_row, load_float, store_float
 from .sqlite_schema import MIGRATIONS, PROGRESS_SQL, SCHEMA_VERSION, SORT_SQL
@@ -56,6 +65,12 @@ __all__ = ["SQLiteStore"]
 
 
 BUSY_TIMEOUT_MS = 10_000
+
+WRITE_LOG_KEEP = 20_000
+"""Rows of the write log kept (a few minutes of writes); a store that fell further behind forgets all."""
+
+_CHANGES_LIMIT = 60_000
+"""Largest write-log entry: a transaction that changed more jobs is logged as "everything changed"."""
 """How long a write waits for another process's write lock before it fails ("database is locked")."""
 
 
@@ -66,15 +81,25 @@ class _WouldWait(Exception):
 class SQLiteStore(Store):
     """The embedded default store (see the module docstring)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, shared: bool = False) -> None:
         self.path = str(path)
+        self.shared = shared
+        """Other servers write this file too: read the write log before every answer from memory."""
         if self.path != ":memory:":
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot create the directory of the database {self.path}: {exc}") from None
         self._write_lock = threading.Lock()
-        self._cache = JobCache()
+        self.origin = uuid.uuid4().hex[:12]
+        """This store's name in the write log (its own rows are not news to it)."""
+        self._cache = ReplicaCache(self.origin)
+        self._cache.on_listening(True)
+        self._follow_lock = threading.Lock()
+        self._tokens_changed = False
+        """The open transaction revoked a token (logged, even when it changed no job)."""
+        self._seen = 0
+        """The newest row of the write log this store has read."""
         self._api_tokens: dict[str, ApiToken] = {}
         """API tokens by hash, as found (cleared by every revocation)."""
         self._token_generation = 0
@@ -90,6 +115,8 @@ class SQLiteStore(Store):
         self._busy_ms = int(self._writer.execute("PRAGMA busy_timeout").fetchone()[0])
         """How long the writer waits for another process's lock (what a write that must not wait restores)."""
         self._migrate()
+        (self._seen,) = self._writer.execute("SELECT coalesce(max(seq), 0) FROM write_log").fetchone()
+        (self._data_version,) = self._writer.execute("PRAGMA data_version").fetchone()
 
     # ------------------------------------------------------------------------------- connections
 
@@ -135,16 +162,22 @@ class SQLiteStore(Store):
                 raise StoreError(f"the database cannot be written: {exc}") from None
             except sqlite3.Error as exc:
                 raise StoreError(f"the database cannot be written: {exc}") from None
-            if version != self._data_version:  # another process wrote the file: what we cached may be old
-                self._cache.clear()
-                self._api_tokens.clear()
-                self._data_version = version
+            try:
+                if version != self._data_version:  # another process wrote the file: what we cached may be old
+                    if not self._follow(conn) and not self.shared:
+                        self._forget_all()  # it wrote no log (a tool of its own, an older stepwatch)
+                    self._data_version = version
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise StoreError(f"the database cannot be read: {exc}") from None
+            epoch = self._cache.epoch
             self._remembered.clear()
+            self._tokens_changed = False
             try:
                 yield conn
+                self._log_changes(conn)
                 conn.execute("COMMIT")
-                for job, token_hash, latest in self._remembered.values():
-                    self._cache.put(job, token_hash, latest)
+                self._cache.written(self._remembered.values(), epoch)
                 self._remembered.clear()
             except BaseException as exc:
                 self._remembered.clear()
@@ -158,6 +191,59 @@ class SQLiteStore(Store):
                 raise
         finally:
             self._write_lock.release()
+
+    def _log_changes(self, conn: sqlite3.Connection) -> None:
+        """Append the jobs the open transaction changed to the write log (read by the other writers)."""
+        if not self._remembered and not self._tokens_changed:
+            return
+        self._tokens_changed = False
+        names = [(job.namespace, job.name) for job, _, latest in self._remembered.values() if latest]
+        payload = changes_payload(self.origin, self._remembered, names, _CHANGES_LIMIT)
+        (seq,) = conn.execute("INSERT INTO write_log (changes) VALUES (?) RETURNING seq", (payload,)).fetchone()
+        if seq % 1000 == 0:
+            conn.execute("DELETE FROM write_log WHERE seq <= ?", (seq - WRITE_LOG_KEEP,))
+
+    def _follow(self, conn: sqlite3.Connection | None = None) -> bool:
+        """Read what the other writers logged since this store last looked, and forget those jobs;
+        whether another writer logged anything."""
+        with self._follow_lock:
+            rows = (conn or self._reader()).execute(
+                "SELECT seq, changes FROM write_log WHERE seq > ? ORDER BY seq", (self._seen,)
+            ).fetchall()
+            if not rows:
+                return False
+            news = True
+            if rows[0][0] > self._seen + 1 and self._seen < self._first_logged(conn):
+                self._forget_all()  # fell behind what the log keeps
+            else:
+                news = any([self._cache.on_changed(changes) for _, changes in rows])
+                if news:  # a revocation by another process is seen at once
+                    self._token_generation += 1
+                    self._api_tokens.clear()
+            self._seen = rows[-1][0]
+            return news
+
+    def _forget_all(self) -> None:
+        self._cache.on_listening(True)
+        self._token_generation += 1
+        self._api_tokens.clear()
+
+    def _first_logged(self, conn: sqlite3.Connection | None) -> int:
+        (first,) = (conn or self._reader()).execute("SELECT coalesce(min(seq), 0) FROM write_log").fetchone()
+        return int(first) - 1
+
+    def follow_changes(self, listener: ChangeListener) -> None:
+        """Tell ``listener`` which jobs the other processes writing this file change (as this store reads
+        its write log: before each answer from memory with ``shared``, else at its next write)."""
+        self._cache.listeners.append(listener)
+
+    def _fresh(self) -> None:
+        """Before an answer from memory: catch up with the other writers (``shared`` only)."""
+        if self.shared:
+            try:
+                self._follow()
+            except sqlite3.Error as exc:
+                raise StoreError(f"the database cannot be read: {exc}") from None
 
     def _remember(self, job: Job, token_hash: str | None = None, latest: bool = False) -> None:
         """Cache a job written by the open transaction, once it commits (``latest``: just registered)."""
@@ -281,7 +367,9 @@ class SQLiteStore(Store):
         return new
 
     def cached_job(self, namespace: str, name: str) -> Job | None:
-        """The latest attempt of a job, when this store wrote it recently (no I/O)."""
+        """The latest attempt of a job, when this store wrote it recently (no I/O, but with ``shared`` a
+        read of the write log)."""
+        self._fresh()
         return self._cache.latest(namespace, name)
 
     def cached_token_hash(self, job_id: int) -> str | None:
@@ -291,9 +379,11 @@ class SQLiteStore(Store):
     def job(self, namespace: str, name: str, attempt: int | None = None) -> Job | None:
         """The latest attempt of a job, or the given one."""
         if attempt is None:
+            self._fresh()
             cached = self._cache.latest(namespace, name)
             if cached is not None:
                 return cached
+            epoch = self._cache.epoch
             rows = self._read(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? AND name = ? ORDER BY attempt DESC LIMIT 1",
                 (namespace, name),
@@ -301,7 +391,7 @@ class SQLiteStore(Store):
             if not rows:
                 return None
             job = job_from_row(rows[0])
-            self._cache.offer(job, latest=True)
+            self._cache.offer(job, epoch, latest=True)
             return job
         else:
             rows = self._read(
@@ -312,14 +402,16 @@ class SQLiteStore(Store):
 
     def job_by_id(self, job_id: int) -> Job | None:
         """A job by id."""
+        self._fresh()
         cached = self._cache.by_id(job_id)
         if cached is not None:
             return cached
+        epoch = self._cache.epoch
         rows = self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         if not rows:
             return None
         job = job_from_row(rows[0])
-        self._cache.offer(job)
+        self._cache.offer(job, epoch)
         return job
 
     def token_hash(self, job_id: int) -> str:
@@ -370,6 +462,8 @@ class SQLiteStore(Store):
         order = "DESC" if where.descending else "ASC"
         column = SORT_SQL.get(where.sort, "updated_at")
         nulls_last = "" if column == "updated_at" else f"{column} IS NULL, "  # NOT NULL: its index can serve
+        self._fresh()
+        epoch = self._cache.epoch
         ids = [
             r[0]
             for r in self._read(
@@ -384,7 +478,7 @@ class SQLiteStore(Store):
             marks = ", ".join("?" for _ in chunk)
             for row in self._read(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({marks})", tuple(chunk)):
                 job = job_from_row(row)
-                self._cache.offer(job)
+                self._cache.offer(job, epoch)
                 found[job.id] = job
         return [found[i] for i in ids if i in found]
 
@@ -925,11 +1019,13 @@ class SQLiteStore(Store):
             self._audit(conn, entry)
 
     def cached_api_token(self, token_hash: str) -> ApiToken | None:
-        """A found API token, from memory."""
+        """A found API token, from memory (with ``shared``, after a read of the write log)."""
+        self._fresh()
         return self._api_tokens.get(token_hash)
 
     def api_token(self, token_hash: str) -> ApiToken | None:
         """The token with this hash; found ones are cached (revocations here clear the cache)."""
+        self._fresh()
         cached = self._api_tokens.get(token_hash)
         if cached is not None:
             return cached
@@ -965,6 +1061,7 @@ class SQLiteStore(Store):
                 self._audit(conn, entry)
                 self._token_generation += 1
                 self._api_tokens.clear()
+                self._tokens_changed = True  # logged: the other processes clear their tokens too
         self._token_generation += 1
         self._api_tokens.clear()
         return token

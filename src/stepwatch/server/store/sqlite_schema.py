@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -165,6 +165,14 @@ MIGRATIONS: dict[int, str] = {
         data TEXT NOT NULL DEFAULT '{}'
     );
     CREATE INDEX audit_by_namespace ON audit (namespace, id);
+    """,
+    # The write log: which jobs each write transaction changed, read by the other processes writing the
+    # same file (the workers of one server) to forget what they cached of them. Only recent rows are kept.
+    5: """
+    CREATE TABLE write_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        changes TEXT NOT NULL
+    );
     """,
 }
 

@@ -1,8 +1,11 @@
-"""The PostgreSQL store's job cache: the SQLite store's :class:`.JobCache`, kept true across replicas.
+"""A store's job cache (:class:`.JobCache`) kept true while other processes write the same database.
 
-Other replicas write the same rows. Each write transaction notifies which jobs and names it changed
-(delivered at its commit); every store hears it in its listening thread and forgets them here. Two
-races are closed with an **epoch**, a counter raised by every notification heard:
+Other writers change the same rows: PostgreSQL replicas, and the worker processes of one server on one
+SQLite file. Each write transaction says which jobs and names it changed (PostgreSQL: a notification
+delivered at its commit; SQLite: a row of its write log, read by the others before they use what they
+cached); every store hears it and forgets them here, and tells its :attr:`ReplicaCache.listeners`
+(the server's health trackers and ETA samples of those jobs are stale too). Two races are closed with
+an **epoch**, a counter raised by every change heard:
 
 - a reader that read a row before another replica's commit, and offers it after the notification
   was heard, would cache it stale forever: a read notes the epoch before it reads, and its job is
@@ -10,8 +13,8 @@ races are closed with an **epoch**, a counter raised by every notification heard
 - the same for a write of this store: its jobs are cached after its commit only if no notification
   about them came since its transaction started.
 
-While the listening connection is down, notifications are lost: nothing is served nor cached until
-it is back, and then the cache starts empty.
+While the listening connection is down (PostgreSQL), notifications are lost: nothing is served nor
+cached until it is back, and then the cache starts empty.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
-from .base import Job
+from .base import ChangeListener, Job
 from .cache import JobCache
 
 __all__ = ["ReplicaCache", "changes_payload"]
@@ -44,6 +47,11 @@ class ReplicaCache:
         self._changes: deque[tuple[int, frozenset[int] | None]] = deque(maxlen=4096)
         """Recent notifications (epoch, job ids; ``None``: everything)."""
         self.listening = False
+        self.listeners: list[ChangeListener] = []
+
+    def _tell(self, ids: frozenset[int] | None) -> None:
+        for listener in self.listeners:
+            listener(ids)
 
     def _raise_epoch(self, ids: frozenset[int] | None) -> None:
         self.epoch += 1
@@ -55,20 +63,26 @@ class ReplicaCache:
             self._raise_epoch(None)
             self._jobs.clear()
             self.listening = listening
+        self._tell(None)
 
-    def on_changed(self, payload: str) -> None:
-        """A notification of another store's write (this store's own are ignored)."""
+    def on_changed(self, payload: str) -> bool:
+        """A notification of a store's write; whether it came from another store (this store's own are
+        ignored)."""
         message = json.loads(payload)
         if message.get("o") == self.origin:
-            return
+            return False
+        ids: frozenset[int] | None
         with self._lock:
             if message.get("all"):
+                ids = None
                 self._raise_epoch(None)
                 self._jobs.clear()
-                return
-            ids = frozenset(int(i) for i in message.get("j", ()))
-            self._raise_epoch(ids)
-            self._jobs.forget(ids, [(ns, name) for ns, name in message.get("n", ())])
+            else:
+                ids = frozenset(int(i) for i in message.get("j", ()))
+                self._raise_epoch(ids)
+                self._jobs.forget(ids, [(ns, name) for ns, name in message.get("n", ())])
+        self._tell(ids)
+        return True
 
     def _stale(self, since: int, job_id: int) -> bool:
         if self.epoch == since:
