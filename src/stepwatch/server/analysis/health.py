@@ -135,10 +135,20 @@ class HealthParams:
     """When the job reports its learning rate, the drop test compares the loss's rates of improvement
     per unit of learning-rate area (the sum of the rate over the steps), not per second: a schedule
     that decays the rate slows the loss by design, a loss flat while the area grows is a plateau."""
+    rate_per_log_progress: bool = True
+    """The drop test compares the rates per unit of the *logarithm* of the progress (the learning-rate
+    area, or the step without a learning rate): a learning curve is close to a power law of its
+    progress, whose rate per step falls as the progress grows, by design; per unit of log progress
+    it falls far less, so a healthy curve's slowing is not a drop, and a flat loss still is."""
     eval_min_points: int = 3
     """An evaluation metric vetoes ``not_learning`` when, over at least this many evaluations since
     the loss went flat, it improved by ``noise_z`` standard errors (its noise measured over all its
     points kept): the evaluation is a second, independent measurement of learning."""
+    eval_over_history: bool = True
+    """When the loss's evidence for a plateau is its history (no significant improvement over
+    ``plateau_history`` windows) rather than a drop of its rate, the evaluation is judged over that
+    same history, not only since the loss went flat: a slow tail that the loss's noise hides over
+    the history may show in a quieter evaluation over it."""
     confirm_levels: int = 4
     """Unused since the plateau test compares windowed means with their standard errors; kept so
     that settings naming it still work."""
@@ -264,6 +274,7 @@ class HealthTracker:
         self._since: float | None = None
         self._recovered: dict[str, Any] | None = None
         self._calm_cache: tuple[tuple[Any, ...], Verdict] | None = None
+        self._flagged = False  # the newest judgement of learning was not_learning
 
     def _reset_metric(self) -> None:
         self._m_t0: float | None = None  # first window of the metric segment
@@ -708,6 +719,18 @@ class HealthTracker:
         self._veto_cache = (key, vetoed)
         return vetoed
 
+    def _eval_since(self, since: float) -> float:
+        """Where the evaluation is judged from when the loss is flat since ``since``: there when the
+        loss's evidence is a drop of its rate (a significant slowing since its history); from the
+        start of that history when its evidence is the history itself, which did not improve
+        significantly: the evaluation then answers the same question over the same span
+        (``eval_over_history``)."""
+        p = self.params
+        test = self._plateau.test
+        if not p.eval_over_history or test is None or test.long_gain is None or test.dropped:
+            return since
+        return min(since, test.t - max(p.plateau_history, 2.0) * test.window)
+
     def _not_learning(self) -> Verdict | None:
         plateau = self._plateau
         test = plateau.test
@@ -717,11 +740,16 @@ class HealthTracker:
                 return self._lr_verdict(lr_zero)
             return None
         if not plateau.flat or test is None:
+            self._flagged = False
             return None
         m = self.metric
         since, since_step = plateau.flat_from
-        if self._eval_vetoes(since) is not None:
+        if self._eval_vetoes(self._eval_since(since)) is not None:
+            self._flagged = False
             return None  # the evaluation metric still improves beyond its noise: the job learns
+        if self._finishing() and not self._flagged:
+            return None  # a veto that lapses in the last planned steps raises nothing new there either
+        self._flagged = True
         steps = self._m_step - since_step
         message = (
             f"{m} has not improved by {_pct(self.params.min_delta)} over the last {steps:,} steps "
@@ -803,7 +831,10 @@ class HealthTracker:
             message += "; the last planned steps are not judged"
         more: dict[str, Any] = {}
         flat_since = self._lr.zero_since if self._lr_flat else (self._plateau.flat_from if self._plateau.flat else None)
-        vetoed = self._eval_vetoes(flat_since[0]) if flat_since is not None else None
+        if flat_since is None:
+            vetoed = None
+        else:
+            vetoed = self._eval_vetoes(flat_since[0] if self._lr_flat else self._eval_since(flat_since[0]))
         if vetoed is not None:
             gain, se, n = vetoed
             message += (

@@ -42,6 +42,10 @@ class PlateauTest(NamedTuple):
     significant: bool  # improved significantly: a job that was not learning recovers
     since: float  # the centre of the window's oldest group: where a flat stretch begins
     since_step: int  # the step there
+    early: float | None = None  # the rate before the window (per window; per its span of area with a learning rate)
+    recent: float | None = None  # the rate over the window, in the same unit
+    change_se: float | None = None  # the standard error of early - recent
+    dropped: bool = False  # the recent rate fell significantly below the earlier one (the drop test's evidence)
 
 
 class PlateauDetector:
@@ -169,12 +173,22 @@ class PlateauDetector:
     def _lags(
         self, far: tuple[int, int], old: tuple[int, int], i_new: int, early_lag: float, lag: float
     ) -> tuple[float, float]:
-        """The spans of the earlier and the recent rate: in learning-rate area between the groups'
-        centres when the job reports its learning rate and the area grew over both, else in seconds."""
-        areas = self._a
-        a_far, a_old, a_new = _mean(areas[far[0] : far[1]]), _mean(areas[old[0] : old[1]]), _mean(areas[i_new:])
-        if a_old - a_far > 0 and a_new - a_old > 0:  # NaN (no learning rate known) compares false
-            return a_old - a_far, a_new - a_old
+        """The spans of the earlier and the recent rate, between the groups' centres: in learning-rate
+        area when the job reports its learning rate and the area grew over both, else in steps; with
+        ``rate_per_log_progress`` in the logarithm of either (see :class:`~.health.HealthParams`);
+        in seconds when neither grew (no steps known)."""
+        log = self.params.rate_per_log_progress
+        for clock in (self._a, self._s):  # NaN (no learning rate known) compares false below
+            if log:
+                if not clock[far[0]] > 0:
+                    continue
+                x_far, x_old, x_new = (_mean_log(clock[a:b]) for a, b in (far, old, (i_new, len(clock))))
+            elif clock is self._a:
+                x_far, x_old, x_new = (_mean(clock[a:b]) for a, b in (far, old, (i_new, len(clock))))
+            else:
+                break  # without the logarithm, a job without a learning rate is measured in seconds, as before
+            if x_old - x_far > 0 and x_new - x_old > 0:
+                return x_old - x_far, x_new - x_old
         return early_lag, lag
 
     def _measure(self, t: float) -> PlateauTest | None:
@@ -221,7 +235,8 @@ class PlateauDetector:
         z = p.noise_z
         significant = gain >= z * se
         learning = significant or gain >= p.min_delta
-        long_gain = long_se = None
+        long_gain = long_se = early = recent = change_se = None
+        dropped = False
         i_far = bisect_right(times, t - history + window)  # the history's first window: i_span..i_far
         n_far = i_far - i_span
         if i_span > 0 and t - history >= judged_from and n_far >= 2:
@@ -266,11 +281,19 @@ class PlateauDetector:
             significant,
             c_old,
             since_step,
+            early,
+            recent,
+            change_se,
+            dropped,
         )
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
+
+
+def _mean_log(values: Sequence[float]) -> float:
+    return sum(map(math.log, values)) / len(values)
 
 
 def _block_noise(means: Sequence[float]) -> float:

@@ -62,6 +62,10 @@ class LearningRate:
             self._reset()
         if self._step is not None and self.last is not None:
             self._area += self.last * (step - self._step)  # the rate in force over the steps since
+        elif self._step is None:
+            # the steps before the first report (a warm-up's few, or a resumed job's many) at this rate:
+            # the logarithm of the area needs its origin at step 0, not at the first report
+            self._area = lr * max(step, 0)
         self._step = step
         self.last = lr
         self.peak = max(self.peak, lr)
@@ -72,7 +76,8 @@ class LearningRate:
             self.zero_since = None
 
     def area(self, step: int) -> float:
-        """The learning-rate area up to ``step`` (the newest rate carried on); NaN before a rate is known."""
+        """The learning-rate area from step 0 up to ``step`` (the newest rate carried on; the first rate
+        reported taken as in force before it); NaN before a rate is known."""
         if self._step is None or self.last is None:
             return math.nan
         return self._area + self.last * max(step - self._step, 0)
