@@ -454,3 +454,37 @@ def test_knobs_the_analysis_divides_by_are_refused_at_start(knobs: str, message:
         ServerSettings.resolve({}, {"STEPWATCH_HEALTH": knobs})
     assert str(caught.value) == f"STEPWATCH_HEALTH: {message}"
     ServerSettings.resolve({}, {"STEPWATCH_HEALTH": '{"plateau_blocks": 24}'}).health_params()  # a sane value is kept
+
+
+def drop_z(loss: Callable[[int], float], params: HealthParams, total: int, seed: int = 0) -> list[tuple[int, float]]:
+    """The drop test's statistic (earlier minus recent rate, in standard errors) at each step it ran."""
+    sim = Sim(HealthTracker(params), total=total, seed=seed)
+    found: dict[float, tuple[int, float]] = {}
+    for _ in range(total // STEPS - 40):
+        sim.report(loss)
+        test = sim.tr._plateau.test
+        if test is not None and test.early is not None and test.recent is not None and test.change_se:
+            found[test.t] = (sim.step, (test.early - test.recent) / test.change_se)
+    return list(found.values())
+
+
+@pytest.mark.parametrize(
+    ("log", "seed", "low", "high"),
+    [(True, 0, -0.5, 1.0), (True, 1, -0.5, 1.0), (False, 0, 1.0, 2.0), (False, 1, 1.0, 2.0)],
+)
+def test_a_healthy_power_laws_slowing_is_not_a_drop_per_log_step(log: bool, seed: int, low: float, high: float) -> None:
+    """A power law's rate per step falls as it goes (by 2x over the drop test's span at a third of a
+    150 min job); per unit of log step far less: the drop test's statistic stays near 0 (noise only),
+    where per second it sits above 1 standard error on average and reached the old change_z of 3."""
+    params = HealthParams(rate_per_log_progress=log)
+    z = [v for _, v in drop_z(lambda s: 2.0 + 6.0 * (1 + s / 150) ** -0.6, params, 36_000, seed)]
+    assert len(z) > 300 and low < sum(z) / len(z) < high
+
+
+def test_a_plateau_is_a_drop_per_log_step_too() -> None:
+    total, plateau_at = 36_000, 12_000
+    window = 600 * 4  # steps: the 10 min plateau window of a 150 min job
+    z = drop_z(lambda s: 2.0 + 6.0 * (1 + min(s, plateau_at) / 150) ** -0.6, HealthParams(), total)
+    after = [v for step, v in z if plateau_at + window <= step <= plateau_at + 2 * window]
+    # from a window after it, the drop is significant in most tests (the confirmation needs 0.4 window of them)
+    assert len(after) > 40 and sorted(after)[len(after) // 4] > HealthParams().change_z

@@ -120,9 +120,12 @@ class HealthParams:
     """The longer history, in plateau windows (at least 2), over which a slow steady improvement is
     tested: the last window against the window this many windows back. Longer than 3 also helps a
     plateau after learning: the earlier rate is measured more precisely, so its drop shows sooner."""
-    change_z: float = 3.0
+    change_z: float = 2.0
     """A slow steady tail stops counting as learning when its recent rate falls this many standard
-    errors below its earlier rate (a plateau after learning is seen before the history goes flat)."""
+    errors below its earlier rate (a plateau after learning is seen before the history goes flat).
+    The same 2 as ``noise_z`` since the rates are compared per unit of log progress
+    (``rate_per_log_progress``); per second, a healthy power law's own slowing came within 3
+    standard errors of a drop, and 3 was needed."""
     plateau_confirm: float = 0.4
     """A verdict changes only when the opposite condition has held for this share of the plateau
     window (longer than a group): one unlucky test is no alarm, one lucky test no recovery."""
