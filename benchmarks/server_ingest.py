@@ -208,8 +208,9 @@ def emit(result: dict[str, Any]) -> None:
 class Server:
     """``python -m stepwatch server`` on a free loopback port, in its own process."""
 
-    def __init__(self, db: Path, log: Path) -> None:
+    def __init__(self, db: Path, log: Path, workers: int = 1) -> None:
         self.db = db
+        self.workers = workers
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log
@@ -227,6 +228,7 @@ class Server:
             str(db),
             "--log-level",
             "warning",
+            *(["--workers", str(workers)] if workers > 1 else []),
         ]
         env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.started = time.perf_counter()
@@ -257,11 +259,22 @@ class Server:
         except OSError:
             return ""
 
+    def pids(self) -> list[int]:
+        """The server's processes: the server, or the supervisor and its workers (--workers)."""
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children", encoding="ascii") as fh:
+                return [self.pid, *(int(p) for p in fh.read().split())]
+        except OSError:
+            return [self.pid]
+
     def cpu_s(self) -> float:
-        return proc_cpu_s(self.pid)
+        return sum(self.cpu_by_process().values())
+
+    def cpu_by_process(self) -> dict[int, float]:
+        return {pid: proc_cpu_s(pid) for pid in self.pids()}
 
     def rss_mb(self, field: str = "VmRSS") -> float:
-        return proc_status_kb(self.pid, field) / 1024
+        return sum(proc_status_kb(pid, field) for pid in self.pids()) / 1024
 
     def threads(self) -> int:
         return proc_status_kb(self.pid, "Threads")
@@ -577,11 +590,13 @@ def ingest_phase(
     ]
     time.sleep(max(0.0, measure_from - time.time()))
     cpu0 = server.cpu_s()
+    by0 = server.cpu_by_process()
     gen0 = [proc_cpu_s(c.pid) for c in children]
     machine0 = machine_cpu_s()
     wall0 = time.perf_counter()
     time.sleep(max(0.0, end_at - time.time()))
     cpu1 = server.cpu_s()
+    by1 = server.cpu_by_process()
     gen1 = [proc_cpu_s(c.pid) for c in children]
     machine1 = machine_cpu_s()
     wall = time.perf_counter() - wall0
@@ -623,6 +638,7 @@ def ingest_phase(
         "max_ms": max(latencies) if latencies else math.nan,
         "server_cpu_s": server_cpu,
         "server_cores": server_cpu / wall,
+        "server_cores_by_process": [round((by1[p] - by0.get(p, by1[p])) / wall, 2) for p in by1],
         "server_cpu_ms_per_request": 1000 * server_cpu / accepted if accepted else math.nan,
         "loadgen_cpu_s": gen_cpu,
         "loadgen_cores": gen_cpu / wall,
@@ -687,9 +703,12 @@ def section_ingest(server: Server, cfg: dict[str, Any], progress: Callable[[str]
         f"{cfg['duration_s']:g} s"
     )
     out["steady"] = steady = ingest_phase(server, hour_jobs, cfg, cfg["duration_s"], None, "t", base_step=step)
+    out["paced"] = []
+    out["rss_after_mb"] = server.rss_mb()
+    if not cfg.get("paced", True):
+        return out
     # Paced: each reporter sends every `period` seconds with one request outstanding, as the report
     # core does. The production pace (every 2 s), then half the capacity measured just above.
-    out["paced"] = []
     progress(f"   paced: every 2 s, {cfg['paced_s']:g} s")
     phase = ingest_phase(
         server, hour_jobs, cfg, cfg["paced_s"], 2.0, "p", warmup_s=cfg["paced_warmup_s"], base_step=last_step(server.db)
@@ -1203,9 +1222,10 @@ def table_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str, 
                 )
                 continue
             bad = sum(v for k, v in phase["statuses"].items() if k != "200")
+            procs = f", {cfg['workers']} server processes" if cfg.get("workers", 1) > 1 else ""
             rows.append(
                 (
-                    f"1 ingest, {n} reporters back to back, {what}",
+                    f"1 ingest, {n} reporters back to back, {what}{procs}",
                     f">= {TARGET_INGEST_RPS:,.0f} reports/s, all 200",
                     f"{phase['accepted_per_s']:,.0f} reports/s, {bad} not 200",
                     verdict(phase["accepted_per_s"] >= TARGET_INGEST_RPS and phase["all_ok"]),
@@ -1224,6 +1244,21 @@ def table_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str, 
                     "  server CPU per report; server busy",
                     "-",
                     f"{phase['server_cpu_ms_per_request']:.2f} ms; {phase['server_cores']:.2f} cores",
+                    "-",
+                )
+            )
+        one = results.get("ingest_one")
+        for key, what in (("fresh", "fresh jobs"), ("steady", "jobs with 1 h of reports")) if one else ():
+            phase = one[key]
+            if "unavailable" in phase:
+                continue
+            rows.append(
+                (
+                    f"  baseline, same run: one server process, {what}",
+                    "-",
+                    f"{phase['accepted_per_s']:,.0f} reports/s, {phase['server_cpu_ms_per_request']:.2f} ms CPU each; "
+                    f"x{ing[key]['accepted_per_s'] / max(phase['accepted_per_s'], 1e-9):.2f} with "
+                    f"{cfg['workers']}",
                     "-",
                 )
             )
@@ -1349,6 +1384,8 @@ def print_details(results: dict[str, Any]) -> None:
                 f"other processes {phase['other_cores']:.2f}, hypervisor steal {phase['steal_cores']:.2f}, "
                 f"idle {phase['idle_cores']:.2f}"
             )
+            if len(phase.get("server_cores_by_process", ())) > 1:
+                print(f"      server processes (supervisor, workers): {phase['server_cores_by_process']} cores")
             print(
                 f"      {phase['requests']:,} requests, statuses {phase['statuses']}, "
                 f"{phase['reconnects']} reconnections; p50 {fmt_ms(phase['p50_ms'])}, "
@@ -1458,6 +1495,13 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
         help="load generator: a minimal HTTP/1.1 client on kept-alive connections (raw, the default: about a "
         "tenth of httpx's CPU per request) or httpx.AsyncClient",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="server processes for sections 1-2 (stepwatch server --workers; default 2, one per core here); "
+        "with more than 1, section 1 first measures one process back to back, as the baseline",
+    )
     parser.add_argument("--points", type=int, help="points stored for section 5 (default 10,000,000)")
     parser.add_argument("--keep", metavar="DIR", help="keep the databases and server logs in this directory")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -1483,9 +1527,15 @@ def print_header(m: dict[str, Any], cfg: dict[str, Any], quick: bool) -> None:
 def run_sections(
     results: dict[str, Any], cfg: dict[str, Any], sections: str, tmp: Path, progress: Callable[[str], None]
 ) -> None:
+    workers = cfg["workers"]
+    if "1" in sections and workers > 1:
+        # the baseline, in the same run: one server process (the default), back to back only
+        with Server(tmp / "ingest-one.db", tmp / "server-ingest-one.log") as server:
+            progress(f"1. ingest, baseline: one server process, {cfg['duration_s']:g} s back to back")
+            results["ingest_one"] = section_ingest(server, {**cfg, "paced": False}, progress)
     if "1" in sections or "2" in sections:
-        with Server(tmp / "ingest.db", tmp / "server-ingest.log") as server:
-            progress(f"server up in {server.ready_s:.2f} s at {server.base}")
+        with Server(tmp / "ingest.db", tmp / "server-ingest.log", workers) as server:
+            progress(f"server up in {server.ready_s:.2f} s at {server.base} ({workers} worker processes)")
             if "1" in sections:
                 progress(f"1. ingest: {cfg['reporters']} reporters, {cfg['duration_s']:g} s back to back, then paced")
                 results["ingest"] = section_ingest(server, cfg, progress)
@@ -1529,6 +1579,7 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": opts.duration,
         "client": opts.client,
         "points": opts.points,
+        "workers": opts.workers,
     }
     cfg.update({k: v for k, v in overrides.items() if v is not None})
     sections = "".join(sorted(set(opts.sections) & set("12345")))

@@ -26,6 +26,14 @@ def register(commands: Any) -> None:
         "--host", default=None, help="address to listen on (default 127.0.0.1; env STEPWATCH_SERVER_HOST)"
     )
     parser.add_argument("--port", type=int, default=None, help="port (default 8642; env STEPWATCH_SERVER_PORT)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="server processes sharing the port and the database, for more reports per second than one core "
+        "allows (default 1; env STEPWATCH_SERVER_WORKERS; see docs/server.md)",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--db", default=None, help="SQLite file (env STEPWATCH_DB)")
     where.add_argument(
@@ -92,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             {
                 "host": args.host,
                 "port": args.port,
+                "workers": getattr(args, "workers", None),
                 "db": args.db,
                 "database_url": args.database_url,
                 "auth": args.auth,
@@ -102,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         )
         path = settings.database_shown()
         tls = tls_files(settings.tls_certfile, settings.tls_keyfile)
+        if getattr(args, "workers", None) is not None and not 1 <= args.workers <= 64:
+            raise ValueError(f"--workers is 1..64, got {args.workers}")
     except ValueError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 2
@@ -109,6 +120,21 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"stepwatch server: {problem}", file=sys.stderr)
         return 1
+    # keep-alive past the 10 s heartbeat of ranks other than 0, so they do not reconnect every time
+    options: dict[str, Any] = {
+        "log_level": args.log_level,
+        "access_log": False,
+        "timeout_keep_alive": 30,
+        "http": protocol_class(settings.head_timeout_s),  # slow clients are cut off (uvicorn does not bound a head)
+        "proxy_headers": False,  # the peer address stays the peer's: auth proxy trusts identity headers by it
+        "ssl_certfile": tls.get("ssl_certfile"),
+        "ssl_keyfile": tls.get("ssl_keyfile"),
+    }
+    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+    scheme = "https" if tls else "http"
+    where = f"{scheme}://{shown}:{settings.port} (database {path}"
+    if settings.workers > 1:
+        return serve_workers(settings, options, where)
     try:
         app = create_app(settings)
     except ValueError as exc:  # unsafe access settings
@@ -117,24 +143,42 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 1
-    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
-    scheme = "https" if tls else "http"
-    print(f"stepwatch server on {scheme}://{shown}:{settings.port} (database {path}); API docs at /docs", flush=True)
+    print(f"stepwatch server on {where}); API docs at /docs", flush=True)
     tune_for_serving()  # flat tail latency: no full GC pause every few seconds (see server.process)
-    # keep-alive past the 10 s heartbeat of ranks other than 0, so they do not reconnect every time
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=args.log_level,
-        access_log=False,
-        timeout_keep_alive=30,
-        http=protocol_class(settings.head_timeout_s),  # slow clients are cut off (uvicorn does not bound a head)
-        proxy_headers=False,  # the peer address stays the peer's: auth proxy trusts identity headers by it
-        ssl_certfile=tls.get("ssl_certfile"),
-        ssl_keyfile=tls.get("ssl_keyfile"),
-    )
+    uvicorn.run(app, host=settings.host, port=settings.port, **options)
     return 0
+
+
+def serve_workers(settings: Any, options: dict[str, Any], where: str) -> int:
+    """``--workers N``: bind the port here, then serve from N forked processes (``server.workers``)."""
+    import uvicorn
+
+    from ..server import create_app
+    from ..server.app import open_store
+    from ..server.process import tune_for_serving
+    from ..server.store import StoreError
+    from ..server.workers import listening_socket, supervise
+
+    try:  # the schema is brought up to date once, and a bad database or setting is said here
+        problem = settings.auth_problem()
+        if problem is not None:
+            raise ValueError(problem)
+        open_store(settings).close()
+        sock = listening_socket(settings.host, settings.port)
+    except ValueError as exc:
+        print(f"stepwatch server: {exc}", file=sys.stderr)
+        return 2
+    except (StoreError, OSError) as exc:
+        print(f"stepwatch server: {exc}", file=sys.stderr)
+        return 1
+    print(f"stepwatch server on {where}, {settings.workers} workers); API docs at /docs", flush=True)
+
+    def serve(role: Any, listening: socket.socket) -> None:
+        tune_for_serving()
+        app = create_app(settings, worker=role)
+        uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[listening])
+
+    return supervise(settings.workers, sock, serve)
 
 
 def tls_files(certfile: str | None, keyfile: str | None) -> dict[str, str]:

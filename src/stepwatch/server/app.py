@@ -27,6 +27,7 @@ from .routes import access, costs, ingest, jobs, meta, policies, web
 from .routes.common import Services, blocking
 from .runners.kubernetes.wiring import start_kubernetes
 from .settings import ServerSettings
+from .siblings import SiblingRelay, WorkerRole
 from .store import SQLiteStore, Store, StoreError
 
 __all__ = ["create_app", "open_store"]
@@ -34,11 +35,12 @@ __all__ = ["create_app", "open_store"]
 _log = logging.getLogger("stepwatch.server")
 
 
-def open_store(settings: ServerSettings) -> Store:
-    """The store the settings name: PostgreSQL for a ``postgresql://`` URL, else the SQLite file."""
+def open_store(settings: ServerSettings, shared: bool = False) -> Store:
+    """The store the settings name: PostgreSQL for a ``postgresql://`` URL, else the SQLite file
+    (``shared``: other workers of this server write it too)."""
     url = settings.postgres_url()
     if url is None:
-        return SQLiteStore(settings.database_path())
+        return SQLiteStore(settings.database_path(), shared=shared)
     try:
         from .store.postgres import PostgresStore
     except ImportError as exc:
@@ -48,21 +50,34 @@ def open_store(settings: ServerSettings) -> Store:
     return PostgresStore(url)
 
 
+async def _cancel(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel background tasks and wait for their end."""
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def create_app(
     settings: ServerSettings | None = None,
     *,
     store: Store | None = None,
     clock: Callable[[], float] = time.time,
+    worker: WorkerRole | None = None,
 ) -> Starlette:
     """A stepwatch server application. The store is opened here and closed at shutdown.
 
+    ``worker``: this application is one of several processes of one server (``--workers``); only the
+    primary does what must be done once, and live updates are relayed to the others.
     ``ValueError`` when the access settings are unsafe (auth none on a non-loopback address)."""
     settings = settings or ServerSettings()
     problem = settings.auth_problem()
     if problem is not None:
         raise ValueError(problem)
     owned = store is None
-    the_store = store if store is not None else open_store(settings)
+    primary = worker is None or worker.primary
+    the_store = store if store is not None else open_store(settings, shared=worker is not None and worker.count > 1)
     services = Services(
         store=the_store,
         live=Broadcaster(),
@@ -86,8 +101,9 @@ def create_app(
         bridge = replicas.bridge_for(the_store, services.live, clock)
         if bridge is not None:
             await bridge.start()
+        relay = await SiblingRelay.start_for(services.live, worker)  # the other workers of this server
         await notifier.start()
-        kubernetes = await start_kubernetes(app, settings, services)
+        kubernetes = await start_kubernetes(app, settings, services) if primary else None
         sweeper = asyncio.create_task(
             health.sweep_forever(
                 services.health,
@@ -96,23 +112,21 @@ def create_app(
                 blocking,
                 clock,
                 settings.health_sweep_s,
-                services.policies.review,
+                services.policies.review if primary else None,
+                silence=primary,
             )
         )
-        retainer = retention.start(the_store, blocking, clock, settings)
+        retainer = retention.start(the_store, blocking, clock, settings) if primary else None
         try:
             yield
         finally:
-            for task in (sweeper, retainer):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            await _cancel(sweeper, retainer)
             await notifier.aclose(timeout_s=5)
             if kubernetes is not None:
                 await kubernetes()
-            if bridge is not None:
-                await bridge.aclose()
+            for link in (bridge, relay):
+                if link is not None:
+                    await link.aclose()
             if owned:
                 the_store.close()
 
@@ -145,4 +159,5 @@ def create_app(
     app.state.notifier = notifier
     app.state.prometheus = registry_for(the_store, clock, services.stats, notifier)
     app.state.settings = settings
+    app.state.worker = worker
     return app

@@ -156,5 +156,9 @@ class RecentProgress:
         return list(zip(times[start:], steps[start:]))
 
     def forget(self, job_id: int) -> None:
-        """Stop keeping a job's samples (it ended)."""
+        """Stop keeping a job's samples (it ended, or another process wrote it: they are read again)."""
         self._jobs.pop(job_id, None)
+
+    def clear(self) -> None:
+        """Stop keeping any job's samples."""
+        self._jobs.clear()

@@ -290,6 +290,11 @@ class HealthMonitor:
         self._trackers.pop(job_id, None)
         self._gpus.pop(job_id, None)
 
+    def forget_all(self) -> None:
+        """Stop tracking every job (each is tracked again, from what is stored, at its next report)."""
+        self._trackers.clear()
+        self._gpus.clear()
+
 
 def _observe_second(tracker: HealthTracker, name: str, t: float, step: int, value: float) -> None:
     """Feed a learning rate or an evaluation metric's window (its newest value) to a tracker."""
@@ -383,12 +388,13 @@ async def sweep_forever(
     clock: Callable[[], float],
     every: float = SWEEP_EVERY_S,
     review: Review | None = None,
+    silence: bool = True,
 ) -> None:
     """Judge every live job again every ``every`` seconds (until cancelled); one failure is logged, not fatal."""
     while True:
         await asyncio.sleep(every)
         try:
-            await sweep_once(monitor, store, live, offload, clock(), review)
+            await sweep_once(monitor, store, live, offload, clock(), review, silence)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -396,13 +402,22 @@ async def sweep_forever(
 
 
 async def sweep_once(
-    monitor: HealthMonitor, store: Store, live: Broadcaster, offload: Offload, now: float, review: Review | None = None
+    monitor: HealthMonitor,
+    store: Store,
+    live: Broadcaster,
+    offload: Offload,
+    now: float,
+    review: Review | None = None,
+    silence: bool = True,
 ) -> int:
     """One sweep: judge every live job again (tracked ones by their tracker, the others by their silence
-    alone), record the changes of health, then ``review`` every live job; how many changes of health."""
+    alone unless ``silence`` is off), record the changes of health, then ``review`` every live job; how
+    many changes of health. The workers of one server each judge the jobs they track (the jobs whose
+    reports they wrote last); one of them judges the silence of the others and reviews them all."""
     jobs: list[Job] = await offload(store.jobs, JobFilter(state=("pending", "running"), limit=10_000))
     updates = monitor.sweep(jobs, now)
-    updates += [u for u in (monitor.silence(job, now) for job in jobs if job.id not in monitor) if u is not None]
+    if silence:
+        updates += [u for u in (monitor.silence(job, now) for job in jobs if job.id not in monitor) if u is not None]
     changed = {}
     for update in updates:
         changed[update.job.id] = await record(update, store, live, offload, now)

@@ -98,6 +98,12 @@ class Broadcaster:
                 sub.ready.set()
         return update
 
+    def mark_lost(self) -> None:
+        """Tell every open stream to read the state again: updates it should have had were lost."""
+        for sub in self._subscribers:
+            sub.lost = True
+            sub.ready.set()
+
     @property
     def subscribers(self) -> int:
         """How many streams are open."""

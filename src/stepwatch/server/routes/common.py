@@ -78,9 +78,30 @@ class Services:
 
     def __post_init__(self) -> None:
         write_now = at_once(self.store.ingest_reports_nowait)  # on the loop when the store need not wait
-        self.writer = ReportWriter(self.store.ingest_reports, blocking, write_now=write_now)
+        self.writer = ReportWriter(
+            self.store.ingest_reports,
+            blocking,
+            write_now=write_now,
+            # a worker of several on one SQLite file waits for the others' writes apart (see writer.py)
+            wait_writable=functools.partial(blocking, self.store.wait_writable)
+            if getattr(self.store, "shared", False)
+            else None,
+        )
         self.policies = PolicyEngine(PolicyBook(), self.store, self.live, blocking)
         self.health.metric_of = self.policies.book.metric_of
+        self.store.follow_changes(self.forget)
+
+    def forget(self, job_ids: frozenset[int] | None) -> None:
+        """Drop what is kept in memory about jobs another process wrote (``None``: about every job): their
+        health trackers and progress samples are rebuilt from the store at their next report, as after a
+        restart. Called in whatever thread heard of the change (dict operations, atomic under the GIL)."""
+        if job_ids is None:
+            self.health.forget_all()
+            self.progress.clear()
+            return
+        for job_id in job_ids:
+            self.health.forget(job_id)
+            self.progress.forget(job_id)
 
 
 def services(request: Request) -> Services:

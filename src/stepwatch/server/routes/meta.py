@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
@@ -118,6 +119,7 @@ async def docs(request: Request) -> Response:
 async def healthz(request: Request) -> JSONResponse:
     """``GET /healthz``: the server answers and its store can be read."""
     svc = services(request)
+    worker = getattr(request.app.state, "worker", None)
     return JSONResponse(
         {
             "status": "ok",
@@ -125,6 +127,12 @@ async def healthz(request: Request) -> JSONResponse:
             "api_version": API_VERSION,
             "stats": svc.stats,
             "subscribers": svc.live.subscribers,
+            # which process answered: stats and subscribers are this worker's (``--workers``)
+            "process": {
+                "pid": os.getpid(),
+                "worker": worker.index if worker else 0,
+                "workers": worker.count if worker else 1,
+            },
         }
     )
 

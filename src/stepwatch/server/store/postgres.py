@@ -153,7 +153,7 @@ class PostgresStore(Store):
         self._listener = Listener(
             self._connect,
             {
-                self._jobs_channel: self._cache.on_changed,
+                self._jobs_channel: self._on_changed,
                 self.live_channel: self._on_live,
                 self._tokens_channel: self._on_tokens,
             },
@@ -267,6 +267,9 @@ class PostgresStore(Store):
         self._pool.close()
 
     # ------------------------------------------------------------------------------------ caching
+
+    def _on_changed(self, payload: str) -> None:
+        self._cache.on_changed(payload)
 
     def follow_changes(self, listener: ChangeListener) -> None:
         """Tell ``listener`` which jobs the other replicas change (as their notifications are heard)."""

@@ -18,8 +18,10 @@ at each write, when the file changed under it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import sqlite3
 import threading
 import uuid
@@ -41,6 +43,7 @@ from . import rollups
 from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
 from .base import (
     FINAL_STATES,
+    ChangeListener,
     Event,
     IngestResult,
     Job,
@@ -55,7 +58,6 @@ from .base import (
     StoreError,
     health_change_is_event,
 )
-from .base import ChangeListener
 from .replica_cache import ReplicaCache, changes_payload
 from .rollups import FANOUT
 from .rows import JOB_COLUMNS, column_value, job_from_row, load_float, store_float
@@ -78,6 +80,38 @@ class _WouldWait(Exception):
     """A write that was asked not to wait found the lock taken."""
 
 
+class _FileLock:
+    """An exclusive lock between processes (``flock`` on a file of its own); held at most for one write
+    transaction, which SQLite's busy timeout bounds."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot open the writers' lock {path}: {exc.strerror or exc}") from None
+        self._held = False
+
+    def acquire(self, wait: bool) -> bool:
+        """Take the lock (``wait``: until it is free); whether it is held (it may be held already: taken
+        for the next write by :meth:`SQLiteStore.wait_writable`)."""
+        if self._held:
+            return True
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self._held = True
+        return True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class SQLiteStore(Store):
     """The embedded default store (see the module docstring)."""
 
@@ -96,6 +130,9 @@ class SQLiteStore(Store):
         self._cache = ReplicaCache(self.origin)
         self._cache.on_listening(True)
         self._follow_lock = threading.Lock()
+        self._writers_lock = _FileLock(f"{self.path}-writers.lock") if shared and self.path != ":memory:" else None
+        """Between the processes of one server: a waiting writer sleeps in the kernel and wakes when the lock
+        is free, where SQLite's own busy handler polls (sleeping 1, 2, 5, 10... ms between tries)."""
         self._tokens_changed = False
         """The open transaction revoked a token (logged, even when it changed no job)."""
         self._seen = 0
@@ -145,31 +182,10 @@ class SQLiteStore(Store):
         if not self._write_lock.acquire(blocking=wait):
             raise _WouldWait
         try:
+            if self._writers_lock is not None and not self._writers_lock.acquire(wait):
+                raise _WouldWait
             conn = self._writer
-            try:
-                if wait:
-                    conn.execute("BEGIN IMMEDIATE")
-                else:
-                    conn.execute("PRAGMA busy_timeout=0")
-                    try:
-                        conn.execute("BEGIN IMMEDIATE")
-                    finally:
-                        conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-                (version,) = conn.execute("PRAGMA data_version").fetchone()
-            except sqlite3.OperationalError as exc:
-                if not wait and not conn.in_transaction and "locked" in str(exc):
-                    raise _WouldWait from None
-                raise StoreError(f"the database cannot be written: {exc}") from None
-            except sqlite3.Error as exc:
-                raise StoreError(f"the database cannot be written: {exc}") from None
-            try:
-                if version != self._data_version:  # another process wrote the file: what we cached may be old
-                    if not self._follow(conn) and not self.shared:
-                        self._forget_all()  # it wrote no log (a tool of its own, an older stepwatch)
-                    self._data_version = version
-            except sqlite3.Error as exc:
-                conn.execute("ROLLBACK")
-                raise StoreError(f"the database cannot be read: {exc}") from None
+            self._begin(conn, wait)
             epoch = self._cache.epoch
             self._remembered.clear()
             self._tokens_changed = False
@@ -190,7 +206,36 @@ class SQLiteStore(Store):
                     raise StoreError(f"the database cannot be written: {exc}") from None
                 raise
         finally:
+            if self._writers_lock is not None:
+                self._writers_lock.release()
             self._write_lock.release()
+
+    def _begin(self, conn: sqlite3.Connection, wait: bool) -> None:
+        """Open the write transaction, and catch up with what other processes wrote since the last one."""
+        try:
+            if wait:
+                conn.execute("BEGIN IMMEDIATE")
+            else:
+                conn.execute("PRAGMA busy_timeout=0")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+        except sqlite3.OperationalError as exc:
+            if not wait and not conn.in_transaction and "locked" in str(exc):
+                raise _WouldWait from None
+            raise StoreError(f"the database cannot be written: {exc}") from None
+        except sqlite3.Error as exc:
+            raise StoreError(f"the database cannot be written: {exc}") from None
+        try:
+            if version != self._data_version:  # another process wrote the file: what we cached may be old
+                if not self._follow(conn) and not self.shared:
+                    self._forget_all()  # it wrote no log (a tool of its own, an older stepwatch)
+                self._data_version = version
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"the database cannot be read: {exc}") from None
 
     def _log_changes(self, conn: sqlite3.Connection) -> None:
         """Append the jobs the open transaction changed to the write log (read by the other writers)."""
@@ -199,7 +244,9 @@ class SQLiteStore(Store):
         self._tokens_changed = False
         names = [(job.namespace, job.name) for job, _, latest in self._remembered.values() if latest]
         payload = changes_payload(self.origin, self._remembered, names, _CHANGES_LIMIT)
-        (seq,) = conn.execute("INSERT INTO write_log (changes) VALUES (?) RETURNING seq", (payload,)).fetchone()
+        (seq,) = conn.execute(
+            "INSERT INTO write_log (origin, changes) VALUES (?, ?) RETURNING seq", (self.origin, payload)
+        ).fetchone()
         if seq % 1000 == 0:
             conn.execute("DELETE FROM write_log WHERE seq <= ?", (seq - WRITE_LOG_KEEP,))
 
@@ -207,16 +254,23 @@ class SQLiteStore(Store):
         """Read what the other writers logged since this store last looked, and forget those jobs;
         whether another writer logged anything."""
         with self._follow_lock:
-            rows = (conn or self._reader()).execute(
-                "SELECT seq, changes FROM write_log WHERE seq > ? ORDER BY seq", (self._seen,)
-            ).fetchall()
+            rows = (
+                (conn or self._reader())
+                .execute(  # this store's own rows are not read again
+                    "SELECT seq, CASE WHEN origin = ? THEN NULL ELSE changes END FROM write_log WHERE seq > ? ORDER BY seq",
+                    (self.origin, self._seen),
+                )
+                .fetchall()
+            )
             if not rows:
                 return False
             news = True
             if rows[0][0] > self._seen + 1 and self._seen < self._first_logged(conn):
                 self._forget_all()  # fell behind what the log keeps
             else:
-                news = any([self._cache.on_changed(changes) for _, changes in rows])
+                news = False
+                for _, changes in rows:
+                    news = (changes is not None and self._cache.on_changed(changes)) or news
                 if news:  # a revocation by another process is seen at once
                     self._token_generation += 1
                     self._api_tokens.clear()
@@ -231,6 +285,14 @@ class SQLiteStore(Store):
     def _first_logged(self, conn: sqlite3.Connection | None) -> int:
         (first,) = (conn or self._reader()).execute("SELECT coalesce(min(seq), 0) FROM write_log").fetchone()
         return int(first) - 1
+
+    def wait_writable(self) -> bool:
+        """With ``shared``: block until the other workers' writes are done and take their lock for this
+        store's next write (in a worker thread, so that the write itself can be done on the event loop,
+        without the hand-overs of the GIL that stretch a write done in a thread while the lock is held)."""
+        if self._writers_lock is None:
+            return False
+        return self._writers_lock.acquire(True)
 
     def follow_changes(self, listener: ChangeListener) -> None:
         """Tell ``listener`` which jobs the other processes writing this file change (as this store reads
@@ -301,6 +363,9 @@ class SQLiteStore(Store):
             except sqlite3.Error:
                 pass
         self._all.clear()
+        if self._writers_lock is not None:
+            self._writers_lock.close()
+            self._writers_lock = None
 
     # -------------------------------------------------------------------------------------- jobs
 

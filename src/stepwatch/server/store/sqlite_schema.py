@@ -171,6 +171,7 @@ MIGRATIONS: dict[int, str] = {
     5: """
     CREATE TABLE write_log (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        origin TEXT NOT NULL,
         changes TEXT NOT NULL
     );
     """,

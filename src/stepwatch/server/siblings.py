@@ -1,0 +1,211 @@
+"""Live updates across the worker processes of one server: what one publishes, every other one publishes too.
+
+``stepwatch server --workers N`` runs N processes on one port and one database (:mod:`.workers`). A
+report ingested by one worker must reach the dashboards and ``stepwatch watch`` streams connected to
+the others, so each worker listens on a Unix socket of its own in a private directory (mode 0700,
+made by the supervisor) and sends every update it publishes to each sibling's socket. Both ends are
+the same program, started by the same supervisor as the same user, so the messages are pickles:
+several times cheaper than JSON, and the relay costs every report twice (once sent, once received
+by each sibling).
+
+Sending never blocks the publisher: the updates of one turn of the event loop go as one frame
+(a 4-byte length and a pickled list), written to a transport that buffers. A sibling that does not
+read (busy, stopped, restarting) is skipped once more than :data:`MAX_BUFFER` bytes wait for it;
+its streams are then told to read the state again (a ``resync``), as a slow client is. A sibling
+that is not listening yet is tried again at the next update, at most every :data:`RETRY_S`.
+
+Each worker numbers its own stream (as replicas do): a client reconnecting to another worker with a
+``Last-Event-ID`` is told to resync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .live import Broadcaster, Update
+
+__all__ = ["MAX_BUFFER", "RETRY_S", "SiblingRelay", "WorkerRole", "socket_path"]
+
+_log = logging.getLogger("stepwatch.server")
+
+MAX_BUFFER = 8 * 1024 * 1024
+"""Bytes waiting for one sibling beyond which its updates are dropped (and its streams resynced)."""
+
+RETRY_S = 0.5
+"""How often a sibling that is not listening is tried again (while there are updates to send)."""
+
+_FRAME = struct.Struct("!I")
+_GAP = "gap"
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """Which of a server's worker processes this one is (see :mod:`.workers`)."""
+
+    index: int
+    count: int
+    directory: str
+    """The private directory of the workers' sockets."""
+
+    @property
+    def primary(self) -> bool:
+        """The worker that also does what must be done once: retention, the Kubernetes runner, the
+        silence of jobs no worker tracks, the policies' reviews."""
+        return self.index == 0
+
+
+def socket_path(directory: str, index: int) -> str:
+    """Where worker ``index`` listens for its siblings' updates."""
+    return os.path.join(directory, f"worker-{index}.sock")
+
+
+class _Inbound(asyncio.Protocol):
+    """Frames from one sibling, published here as relayed updates."""
+
+    def __init__(self, live: Broadcaster, relay: SiblingRelay) -> None:
+        self._live = live
+        self._relay = relay
+        self._buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while len(self._buffer) >= _FRAME.size:
+            (size,) = _FRAME.unpack_from(self._buffer)
+            if len(self._buffer) < _FRAME.size + size:
+                return
+            frame = bytes(self._buffer[_FRAME.size : _FRAME.size + size])
+            del self._buffer[: _FRAME.size + size]
+            try:
+                updates = pickle.loads(frame)
+            except Exception:
+                _log.exception("a live update from a sibling worker could not be read; its streams resync")
+                self._live.mark_lost()
+                continue
+            self._relay.received += len(updates)
+            for kind, namespace, name, payload in updates:
+                if kind == _GAP:
+                    self._live.mark_lost()
+                else:
+                    self._live.publish(kind, namespace, name, payload, relayed=True)
+
+
+class _Sibling:
+    """The connection to one sibling's socket, made on first use and again after it is lost."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.transport: asyncio.WriteTransport | None = None
+        self.connecting = False
+        self.tried_at = -RETRY_S
+        self.gap = False
+        """Updates for it were dropped: tell it before the next ones."""
+
+
+class SiblingRelay:
+    """Relays live updates between this worker and the other workers of the same server."""
+
+    def __init__(self, live: Broadcaster, directory: str, index: int, count: int) -> None:
+        self._live = live
+        self.directory = directory
+        self.index = index
+        self._siblings = [_Sibling(socket_path(directory, i)) for i in range(count) if i != index]
+        self._pending: list[tuple[str, str, str, dict[str, Any]]] = []
+        self._server: asyncio.AbstractServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.sent = 0
+        self.received = 0
+        self.dropped = 0
+
+    @classmethod
+    async def start_for(cls, live: Broadcaster, worker: WorkerRole | None) -> SiblingRelay | None:
+        """The started relay of a worker that has siblings (``None`` for a server of one process)."""
+        if worker is None or worker.count < 2:
+            return None
+        relay = cls(live, worker.directory, worker.index, worker.count)
+        await relay.start()
+        return relay
+
+    async def start(self) -> None:
+        """Listen for the siblings' updates and pass on this worker's (call from the serving event loop)."""
+        self._loop = asyncio.get_running_loop()
+        path = socket_path(self.directory, self.index)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # left by this worker's previous life
+        self._server = await self._loop.create_unix_server(lambda: _Inbound(self._live, self), path)
+        self._live.relays.append(self._outgoing)
+
+    async def aclose(self) -> None:
+        """Stop relaying; what is queued is written first."""
+        with contextlib.suppress(ValueError):
+            self._live.relays.remove(self._outgoing)
+        self._flush()
+        for sibling in self._siblings:
+            if sibling.transport is not None:
+                sibling.transport.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def _outgoing(self, update: Update) -> None:
+        """An update published here (on the event loop): sent to the siblings at the end of this turn."""
+        if not self._pending and self._loop is not None:
+            self._loop.call_soon(self._flush)
+        self._pending.append((update.kind, update.namespace, update.name, update.data))
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        updates, self._pending = self._pending, []
+        frame: bytes | None = None
+        for sibling in self._siblings:
+            transport = sibling.transport
+            if transport is None or transport.is_closing():
+                self._connect(sibling)
+                self.dropped += len(updates)
+                sibling.gap = True
+                continue
+            if transport.get_write_buffer_size() > MAX_BUFFER:
+                self.dropped += len(updates)
+                sibling.gap = True
+                continue
+            if sibling.gap:
+                transport.write(_frame([(_GAP, "", "", {})]))
+                sibling.gap = False
+            if frame is None:
+                frame = _frame(updates)
+            transport.write(frame)
+            self.sent += len(updates)
+
+    def _connect(self, sibling: _Sibling) -> None:
+        now = time.monotonic()
+        if sibling.connecting or now - sibling.tried_at < RETRY_S or self._loop is None:
+            return
+        sibling.connecting, sibling.tried_at = True, now
+
+        async def connect() -> None:
+            try:
+                assert self._loop is not None
+                transport, _ = await self._loop.create_unix_connection(asyncio.Protocol, sibling.path)
+                sibling.transport = transport
+            except OSError:
+                pass  # not listening yet (starting, restarting): tried again with a later update
+            finally:
+                sibling.connecting = False
+
+        task = self._loop.create_task(connect())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _frame(updates: list[tuple[str, str, str, dict[str, Any]]]) -> bytes:
+    body = pickle.dumps(updates, protocol=pickle.HIGHEST_PROTOCOL)
+    return _FRAME.pack(len(body)) + body
