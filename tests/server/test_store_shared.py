@@ -135,3 +135,25 @@ def test_a_store_that_fell_behind_the_log_forgets_everything(
         assert raw.execute("SELECT count(*) FROM write_log").fetchone()[0] < 200
     b.job_by_id(job.id)
     assert heard[-1] is None
+
+
+def test_a_worker_forgets_the_trackers_and_samples_of_a_job_another_wrote(tmp_path: Path) -> None:
+    from stepwatch.server.live import Broadcaster
+    from stepwatch.server.routes.common import Services
+
+    a = SQLiteStore(tmp_path / "s.db", shared=True)
+    b = SQLiteStore(tmp_path / "s.db", shared=True)
+    try:
+        svc = Services(store=a, live=Broadcaster())
+        mine = a.register("ns", "mine", token_hash="h", now=1.0)
+        theirs = a.register("ns", "theirs", token_hash="h", now=1.0)
+        for job in (mine, theirs):
+            svc.health.start(job, None, "loss")
+            svc.progress.load(job.id, [])
+        b.set_estimate(theirs.id, 10.0, 1.0, 2.0)  # the other worker writes one of them
+        a.job_by_id(mine.id)  # any read of a shared store catches up first
+        assert theirs.id not in svc.health and theirs.id not in svc.progress  # rebuilt at its next report
+        assert mine.id in svc.health and mine.id in svc.progress
+    finally:
+        a.close()
+        b.close()

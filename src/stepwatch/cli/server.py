@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "access_log": False,
         "timeout_keep_alive": 30,
+        "timeout_graceful_shutdown": 5,  # live streams never end by themselves: cut them 5 s after a stop
         "http": protocol_class(settings.head_timeout_s),  # slow clients are cut off (uvicorn does not bound a head)
         "proxy_headers": False,  # the peer address stays the peer's: auth proxy trusts identity headers by it
         "ssl_certfile": tls.get("ssl_certfile"),

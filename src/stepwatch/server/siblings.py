@@ -9,10 +9,10 @@ several times cheaper than JSON, and the relay costs every report twice (once se
 by each sibling).
 
 Sending never blocks the publisher: the updates of one turn of the event loop go as one frame
-(a 4-byte length and a pickled list), written to a transport that buffers. A sibling that does not
-read (busy, stopped, restarting) is skipped once more than :data:`MAX_BUFFER` bytes wait for it;
-its streams are then told to read the state again (a ``resync``), as a slow client is. A sibling
-that is not listening yet is tried again at the next update, at most every :data:`RETRY_S`.
+(a 4-byte length and a pickled list), written to a transport that buffers. Frames for a sibling that
+is not listening yet (starting, restarting) wait for it; it is tried every :data:`RETRY_S`. Once more
+than :data:`MAX_BUFFER` bytes wait for one sibling, its updates are dropped and its streams are told
+to read the state again (a ``resync``), as a slow client is.
 
 Each worker numbers its own stream (as replicas do): a client reconnecting to another worker with a
 ``Last-Event-ID`` is told to resync.
@@ -26,7 +26,6 @@ import logging
 import os
 import pickle
 import struct
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,10 +102,44 @@ class _Sibling:
     def __init__(self, path: str) -> None:
         self.path = path
         self.transport: asyncio.WriteTransport | None = None
-        self.connecting = False
-        self.tried_at = -RETRY_S
+        self.backlog: list[bytes] = []
+        """Frames waiting for it to listen."""
+        self.waiting = 0
+        """Bytes in the backlog."""
         self.gap = False
         """Updates for it were dropped: tell it before the next ones."""
+
+    @property
+    def up(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def send(self, frame: bytes) -> bool:
+        """Write a frame, or keep it for later; whether it was sent (``False``: kept or dropped)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            if self.waiting + len(frame) > MAX_BUFFER:
+                self.backlog.clear()
+                self.waiting = 0
+                self.gap = True
+                return False
+            self.backlog.append(frame)
+            self.waiting += len(frame)
+            return False
+        if transport.get_write_buffer_size() > MAX_BUFFER:
+            self.gap = True
+            return False
+        if self.gap:
+            transport.write(_frame([(_GAP, "", "", {})]))
+            self.gap = False
+        transport.write(frame)
+        return True
+
+    def connected(self, transport: asyncio.WriteTransport) -> None:
+        """The sibling listens: what waited for it goes first."""
+        self.transport = transport
+        backlog, self.backlog, self.waiting = self.backlog, [], 0
+        for frame in backlog:
+            self.send(frame)
 
 
 class SiblingRelay:
@@ -120,7 +153,7 @@ class SiblingRelay:
         self._pending: list[tuple[str, str, str, dict[str, Any]]] = []
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._keeper: asyncio.Task[None] | None = None
         self.sent = 0
         self.received = 0
         self.dropped = 0
@@ -142,12 +175,17 @@ class SiblingRelay:
             os.unlink(path)  # left by this worker's previous life
         self._server = await self._loop.create_unix_server(lambda: _Inbound(self._live, self), path)
         self._live.relays.append(self._outgoing)
+        self._keeper = self._loop.create_task(self._keep_connected())
 
     async def aclose(self) -> None:
         """Stop relaying; what is queued is written first."""
         with contextlib.suppress(ValueError):
             self._live.relays.remove(self._outgoing)
         self._flush()
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
         for sibling in self._siblings:
             if sibling.transport is not None:
                 sibling.transport.close()
@@ -165,45 +203,25 @@ class SiblingRelay:
         if not self._pending:
             return
         updates, self._pending = self._pending, []
-        frame: bytes | None = None
+        frame = _frame(updates)
         for sibling in self._siblings:
-            transport = sibling.transport
-            if transport is None or transport.is_closing():
-                self._connect(sibling)
+            if sibling.send(frame):
+                self.sent += len(updates)
+            elif sibling.gap:
                 self.dropped += len(updates)
-                sibling.gap = True
-                continue
-            if transport.get_write_buffer_size() > MAX_BUFFER:
-                self.dropped += len(updates)
-                sibling.gap = True
-                continue
-            if sibling.gap:
-                transport.write(_frame([(_GAP, "", "", {})]))
-                sibling.gap = False
-            if frame is None:
-                frame = _frame(updates)
-            transport.write(frame)
-            self.sent += len(updates)
 
-    def _connect(self, sibling: _Sibling) -> None:
-        now = time.monotonic()
-        if sibling.connecting or now - sibling.tried_at < RETRY_S or self._loop is None:
-            return
-        sibling.connecting, sibling.tried_at = True, now
-
-        async def connect() -> None:
-            try:
-                assert self._loop is not None
-                transport, _ = await self._loop.create_unix_connection(asyncio.Protocol, sibling.path)
-                sibling.transport = transport
-            except OSError:
-                pass  # not listening yet (starting, restarting): tried again with a later update
-            finally:
-                sibling.connecting = False
-
-        task = self._loop.create_task(connect())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def _keep_connected(self) -> None:
+        """Connect to every sibling that does not listen yet (or any more), every :data:`RETRY_S`."""
+        assert self._loop is not None
+        while True:
+            for sibling in self._siblings:
+                if not sibling.up:
+                    try:
+                        transport, _ = await self._loop.create_unix_connection(asyncio.Protocol, sibling.path)
+                    except OSError:
+                        continue  # not listening yet (starting, restarting)
+                    sibling.connected(transport)
+            await asyncio.sleep(RETRY_S)
 
 
 def _frame(updates: list[tuple[str, str, str, dict[str, Any]]]) -> bytes:

@@ -257,7 +257,8 @@ class SQLiteStore(Store):
             rows = (
                 (conn or self._reader())
                 .execute(  # this store's own rows are not read again
-                    "SELECT seq, CASE WHEN origin = ? THEN NULL ELSE changes END FROM write_log WHERE seq > ? ORDER BY seq",
+                    "SELECT seq, CASE WHEN origin = ? THEN NULL ELSE changes END FROM write_log "
+                    "WHERE seq > ? ORDER BY seq",
                     (self.origin, self._seen),
                 )
                 .fetchall()
