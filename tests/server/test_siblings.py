@@ -24,29 +24,32 @@ async def _wait(condition: object, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def test_updates_reach_the_other_worker_once_and_wait_for_it_to_listen() -> None:
+def test_updates_reach_the_workers_that_have_streams_open_and_only_those() -> None:
     async def scenario() -> None:
         with tempfile.TemporaryDirectory() as directory:
             a_live, b_live = Broadcaster(), Broadcaster()
             a = await SiblingRelay.start_for(a_live, WorkerRole(0, 2, directory))
-            assert a is not None
-            a_live.publish("job", "ns", "early", {"n": 0})  # worker 1 does not listen yet: kept for it
             b = await SiblingRelay.start_for(b_live, WorkerRole(1, 2, directory))
-            assert b is not None
+            assert a is not None and b is not None
+            a_live.publish("job", "ns", "unwatched", {})  # no stream on worker 1: not sent
+            await asyncio.sleep(0.6)  # both connected
+            assert a.sent == 0
             b_stream = b_live.stream()
             assert (await _next(b_stream)).startswith("retry:")
-            assert '"name":"early"' in await _next(b_stream, timeout=10)
+            await _wait(lambda: a._siblings[1].wants)  # worker 1 said it has a stream now
             a_live.publish("points", "ns", "j", {"attempt": 1, "points": {"loss": {"step": 5}}})
             got = await _next(b_stream)
-            assert got.startswith(f"id: {b_live.first_id + 1}\nevent: points\n") and '"step":5' in got
-            a_stream = a_live.stream()
-            await _next(a_stream)
-            b_live.publish("job", "ns", "from-b", {})
-            assert '"name":"from-b"' in await _next(a_stream)
+            assert "event: points\n" in got and '"step":5' in got
+            b_live.publish("job", "ns", "from-b", {})  # worker 0 has no stream: not sent back
             await asyncio.sleep(0.2)
-            assert (a.received, b.received) == (1, 2)  # relayed updates are not sent back
+            assert (a.sent, a.received, b.sent, b.received) == (1, 0, 0, 1)
             await b_stream.aclose()
-            await a_stream.aclose()
+            await _wait(lambda: not a._siblings[1].wants)
+            a_live.publish("job", "ns", "missed", {})
+            resumed = b_live.stream(last_event_id=b_live.first_id)  # from before the pause: told to resync
+            assert (await _next(resumed)).startswith("retry:")
+            assert (await _next(resumed)).startswith("event: resync")
+            await resumed.aclose()
             await a.aclose()
             await b.aclose()
 
@@ -61,7 +64,8 @@ def test_a_sibling_that_does_not_read_loses_updates_and_its_streams_resync(monke
             a_live, b_live = Broadcaster(), Broadcaster()
             a = await SiblingRelay.start_for(a_live, WorkerRole(0, 2, directory))
             assert a is not None
-            for i in range(50):  # worker 1 is away: more than MAX_BUFFER bytes wait for it, then are dropped
+            a.heard_want(1, True)  # worker 1 had a stream, then went away before it said otherwise
+            for i in range(50):  # more than MAX_BUFFER bytes wait for it, then are dropped
                 a_live.publish("job", "ns", "j", {"blob": "x" * 200, "i": i})
                 await asyncio.sleep(0)
             await asyncio.sleep(0)
@@ -70,6 +74,7 @@ def test_a_sibling_that_does_not_read_loses_updates_and_its_streams_resync(monke
             assert b is not None
             b_stream = b_live.stream()
             await _next(b_stream)
+            await asyncio.sleep(0.6)
             a_live.publish("job", "ns", "after", {})
             said = [await _next(b_stream, timeout=10)]
             while '"name":"after"' not in said[-1]:

@@ -76,6 +76,13 @@ class Broadcaster:
         self.relays: list[Callable[[Update], None]] = []
         """Called with every update published here (not with those relayed from elsewhere): the
         bridge between replicas passes them on (``server.replicas``). A relay must not block."""
+        self.watchers: list[Callable[[bool], None]] = []
+        """Told when the first stream opens (``True``) and when the last one closes (``False``): the
+        relay between the workers of one server sends a worker the others' updates only while it has
+        streams (``server.siblings``)."""
+        self.complete_from = self.first_id
+        """The first id from which the ring of recent updates holds every update (raised by
+        :meth:`resumed`): a client resuming from an earlier id is told to resync."""
 
     def publish(self, kind: str, namespace: str, name: str, data: dict[str, Any], *, relayed: bool = False) -> Update:
         """Send an update to the subscribers that want it (call from the event loop).
@@ -97,6 +104,10 @@ class Broadcaster:
                 sub.queue.append(update)
                 sub.ready.set()
         return update
+
+    def resumed(self) -> None:
+        """Updates from elsewhere come in again after a time without them: the ring missed some."""
+        self.complete_from = next(self._ids)  # one id skipped: the updates that were not relayed
 
     def mark_lost(self) -> None:
         """Tell every open stream to read the state again: updates it should have had were lost."""
@@ -120,13 +131,15 @@ class Broadcaster:
         ``allowed``: only updates of these namespaces (what the client may read; ``None``: all)."""
         sub = _Subscriber(namespace, name, self._queue_size, allowed)
         self._subscribers.add(sub)
+        if len(self._subscribers) == 1:
+            self._tell_watchers(True)
         try:
             yield "retry: 2000\n\n"
             if last_event_id is not None:
                 missed = [u for u in self._recent if u.id > last_event_id and sub.wants(u)]
                 if last_event_id < self.first_id:  # an id of this server's earlier life
                     yield 'event: resync\ndata: {"reason":"the server restarted; read the state again"}\n\n'
-                elif self._recent and self._recent[0].id > last_event_id + 1:
+                elif (self._recent and self._recent[0].id > last_event_id + 1) or last_event_id < self.complete_from:
                     yield 'event: resync\ndata: {"reason":"updates were missed; read the state again"}\n\n'
                 for update in missed:
                     yield update.sse()
@@ -145,3 +158,12 @@ class Broadcaster:
                     yield sub.queue.popleft().sse()
         finally:
             self._subscribers.discard(sub)
+            if not self._subscribers:
+                self._tell_watchers(False)
+
+    def _tell_watchers(self, streaming: bool) -> None:
+        for watcher in self.watchers:
+            try:
+                watcher(streaming)
+            except Exception:
+                _log.exception("a watcher of the live streams failed")
