@@ -16,8 +16,9 @@ to read the state again (a ``resync``), as a slow client is.
 
 A worker is sent its siblings' updates only while it has live streams open: each tells the others
 when its first stream opens and when its last one closes (a ``want`` message), so that a server whose
-dashboards are closed, or open on one worker, does not pay for relaying to the others (about 7 % of
-a report's cost, measured under ``benchmarks/server_ingest.py``). A worker that starts wanting again
+dashboards are closed, or open on one worker, does not pay for relaying to the others (7-9 % of the
+workers' CPU in a py-spy profile under ``benchmarks/server_ingest.py``; the throughput it gained
+there stayed within the run-to-run noise). A worker that starts wanting again
 has missed updates meanwhile: a client resuming from before that is told to resync
 (:meth:`.Broadcaster.resumed`), and a stream opened at that moment may miss what the siblings
 published in the millisecond before they heard of it.
@@ -113,7 +114,8 @@ class _Inbound(asyncio.Protocol):
 
 
 class _Sibling:
-    """The connection to one sibling's socket, made on first use and again after it is lost."""
+    """The connection to one sibling's socket (made at start, and again after it is lost), and what waits
+    for it."""
 
     def __init__(self, path: str) -> None:
         self.path = path
