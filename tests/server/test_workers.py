@@ -168,4 +168,4 @@ def test_a_bad_worker_count_is_refused(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and "--workers is 1..64, got 0" in done.stderr
+    assert done.returncode == 2 and "argument --workers: a number of worker processes is 1..64, got 0" in done.stderr

@@ -7,7 +7,10 @@ import errno
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..server import ServerSettings
 
 __all__ = ["register", "run"]
 
@@ -28,7 +31,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--port", type=int, default=None, help="port (default 8642; env STEPWATCH_SERVER_PORT)")
     parser.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         default=None,
         metavar="N",
         help="server processes sharing the port and the database, for more reports per second than one core "
@@ -61,6 +64,16 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
+
+
+def _workers(text: str) -> int:
+    """``--workers``, read as its setting reads ``STEPWATCH_SERVER_WORKERS``."""
+    from ..server.settings import SERVER_SETTINGS
+
+    try:
+        return int(next(s for s in SERVER_SETTINGS if s.name == "workers").parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def port_problem(host: str, port: int) -> str | None:
@@ -111,8 +124,6 @@ def run(args: argparse.Namespace) -> int:
         )
         path = settings.database_shown()
         tls = tls_files(settings.tls_certfile, settings.tls_keyfile)
-        if getattr(args, "workers", None) is not None and not 1 <= args.workers <= 64:
-            raise ValueError(f"--workers is 1..64, got {args.workers}")
     except ValueError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 2
@@ -150,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_workers(settings: Any, options: dict[str, Any], where: str) -> int:
+def serve_workers(settings: ServerSettings, options: dict[str, Any], where: str) -> int:
     """``--workers N``: bind the port here, then serve from N forked processes (``server.workers``)."""
     import uvicorn
 

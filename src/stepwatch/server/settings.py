@@ -45,7 +45,10 @@ def _port(text: str) -> int:
 
 
 def _workers(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"a number of worker processes is 1..64, got {text!r}") from None
     if not 1 <= value <= 64:
         raise ValueError(f"a number of worker processes is 1..64, got {value}")
     return value

@@ -174,7 +174,6 @@ class SiblingRelay:
         self.directory = directory
         self.index = index
         self._siblings = {i: _Sibling(socket_path(directory, i)) for i in range(count) if i != index}
-        self._wanting = False
         self._pending: list[tuple[str, str, str, dict[str, Any]]] = []
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -236,7 +235,6 @@ class SiblingRelay:
         self._say_want(streaming)
 
     def _say_want(self, wants: bool) -> None:
-        self._wanting = wants
         frame = _frame([(_WANT, str(self.index), "", {"wants": wants})])
         for sibling in self._siblings.values():
             sibling.hello = frame
