@@ -31,8 +31,10 @@ def test_updates_reach_the_workers_that_have_streams_open_and_only_those() -> No
             a = await SiblingRelay.start_for(a_live, WorkerRole(0, 2, directory))
             b = await SiblingRelay.start_for(b_live, WorkerRole(1, 2, directory))
             assert a is not None and b is not None
+            await asyncio.sleep(0.6)  # both connected, and each said it has no stream
+            assert not a._siblings[1].wants
             a_live.publish("job", "ns", "unwatched", {})  # no stream on worker 1: not sent
-            await asyncio.sleep(0.6)  # both connected
+            await asyncio.sleep(0.1)
             assert a.sent == 0
             b_stream = b_live.stream()
             assert (await _next(b_stream)).startswith("retry:")
@@ -64,7 +66,7 @@ def test_a_sibling_that_does_not_read_loses_updates_and_its_streams_resync(monke
             a_live, b_live = Broadcaster(), Broadcaster()
             a = await SiblingRelay.start_for(a_live, WorkerRole(0, 2, directory))
             assert a is not None
-            a.heard_want(1, True)  # worker 1 had a stream, then went away before it said otherwise
+            # worker 1 has not said what it wants (it is starting): updates are kept for it
             for i in range(50):  # more than MAX_BUFFER bytes wait for it, then are dropped
                 a_live.publish("job", "ns", "j", {"blob": "x" * 200, "i": i})
                 await asyncio.sleep(0)

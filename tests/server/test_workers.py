@@ -120,6 +120,7 @@ def test_two_workers_share_one_job_its_history_and_its_live_stream(workers: Work
         thread.start()
         assert ready.wait(10)
         streams.append((client, thread))
+    time.sleep(0.2)  # each worker's first stream is announced to the other (a message between them)
     for seq in range(1, 21):  # the job's reports alternate between the two workers
         body = make_report(seq, seq * 10, {"loss": 1.0 / seq}, total_steps=1000)
         response = by_worker[seq % 2].post(f"{JOBS}/shared/reports", json=body, headers=token)
@@ -153,8 +154,15 @@ def test_a_killed_worker_is_started_again_and_sigterm_ends_them_all(workers: Wor
         raise AssertionError(f"the killed worker was not replaced: {workers.log.read_text()}")
     assert httpx.post(f"{workers.url}{JOBS}", json={"name": "after"}, timeout=10).status_code == 201
     assert httpx.get(f"{workers.url}{JOBS}/after", timeout=10).status_code == 200
+    stream = httpx.Client(base_url=workers.url, timeout=10)  # a live stream never ends by itself
+    ready = threading.Event()
+    threading.Thread(target=_stream, args=(stream, "after", [], ready), daemon=True).start()
+    assert ready.wait(10)
+    stopping = time.monotonic()
     workers.process.send_signal(signal.SIGTERM)
     assert workers.process.wait(30) == 0
+    assert time.monotonic() - stopping < 15, "an open live stream held the stop up"  # cut 5 s after
+    stream.close()
     for pid in now:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     log = workers.log.read_text()

@@ -15,7 +15,8 @@ than :data:`MAX_BUFFER` bytes wait for one sibling, its updates are dropped and 
 to read the state again (a ``resync``), as a slow client is.
 
 A worker is sent its siblings' updates only while it has live streams open: each tells the others
-when its first stream opens and when its last one closes (a ``want`` message), so that a server whose
+when its first stream opens and when its last one closes (a ``want`` message, and on every new
+connection; until a worker has said, it is sent everything), so that a server whose
 dashboards are closed, or open on one worker, does not pay for relaying to the others (7-9 % of the
 workers' CPU in a py-spy profile under ``benchmarks/server_ingest.py``; the throughput it gained
 there stayed within the run-to-run noise). A worker that starts wanting again
@@ -109,8 +110,8 @@ class _Inbound(asyncio.Protocol):
                     self._live.publish(kind, namespace, name, payload, relayed=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._sibling is not None:  # it stopped: it wants nothing until its next life says so
-            self._sibling.wants = False
+        if self._sibling is not None:  # it stopped: its next life says what it wants when it connects
+            self._sibling.wants = True
 
 
 class _Sibling:
@@ -126,8 +127,9 @@ class _Sibling:
         """Bytes in the backlog."""
         self.gap = False
         """Updates for it were dropped: tell it before the next ones."""
-        self.wants = False
-        """It has live streams open (it said so): it is sent every update."""
+        self.wants = True
+        """It has live streams open, or has not said yet (a worker starting, or restarting): it is sent
+        every update, kept for it while it does not listen."""
         self.hello: bytes | None = None
         """What it is told first on every new connection (whether this worker wants updates)."""
 
