@@ -25,7 +25,6 @@ import pytest
 from stepwatch.protocol import Report
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import IngestResult, JobFilter, PendingReport, SQLiteStore, Store, StoreError
-from stepwatch.server.store import sqlite as sqlite_store
 from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION
 
 MakeReport = Callable[..., dict[str, Any]]
@@ -305,28 +304,6 @@ def test_the_database_is_in_wal_mode(db_path: Path) -> None:
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert Path(f"{db_path}-wal").exists()
-
-
-def test_the_write_ahead_log_is_copied_back_at_its_limit_and_stays_bounded(
-    db_path: Path, report: Callable[..., Report], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_store, "WAL_CHECKPOINT_PAGES", 64)  # 8,192 in use: this test writes less
-    store = SQLiteStore(db_path)
-    job = store.register("ns", "a", token_hash="h", now=0.0)
-    frame = 24 + store._writer.execute("PRAGMA page_size").fetchone()[0]
-    wal = Path(f"{db_path}-wal")
-    sizes = []
-    for seq in range(1, 301):
-        metrics = {f"metric/{i}": seq + i / 100 for i in range(40)}
-        (result,) = store.ingest_reports([PendingReport(job, report(seq, seq, metrics), float(seq))])
-        assert isinstance(result, IngestResult) and not result.duplicate
-        sizes.append(wal.stat().st_size // frame)
-    assert 64 <= max(sizes) < 2 * 64  # copied back at the limit: the log is restarted after
-    store.close()
-    reopened = SQLiteStore(db_path)
-    assert reopened._writer.execute("PRAGMA page_count").fetchone()[0] > 4 * 64  # what went through it
-    assert [p.step for p in reopened.series(job.id, "metric/39")] == list(range(1, 301))
-    reopened.close()
 
 
 # ------------------------------------------------------------------------------------------ crash

@@ -61,6 +61,7 @@ from .base import (
 from .replica_cache import ReplicaCache, changes_payload
 from .rollups import FANOUT
 from .rows import JOB_COLUMNS, column_value, job_from_row, load_float, store_float
+from .sqlite_checkpoint import FALLBACK_PAGES, WalCheckpointer
 from .sqlite_schema import MIGRATIONS, PROGRESS_SQL, SCHEMA_VERSION, SORT_SQL
 
 __all__ = ["SQLiteStore"]
@@ -68,14 +69,6 @@ __all__ = ["SQLiteStore"]
 
 BUSY_TIMEOUT_MS = 10_000
 """How long a write waits for another process's write lock before it fails ("database is locked")."""
-
-WAL_CHECKPOINT_PAGES = 8192
-"""The writer copies the write-ahead log into the database file when a commit leaves it this many pages
-long (32 MiB of 4 KiB pages; SQLite's default is 1,000). The copy runs inside that commit, under the
-write lock, and syncs both files twice; copying less often copies each busy page (a job's index leaves,
-written by every report) once for many commits. Measured under the ingest benchmark: 9 % more reports/s
-with two workers, 4.5 % with one (``docs/server-performance.md``). The log file keeps its largest size
-between checkpoints; a crash replays at most this much at the next start."""
 
 WRITE_LOG_KEEP = 20_000
 """Rows of the write log kept (a few minutes of writes); a store that fell further behind forgets all."""
@@ -160,22 +153,30 @@ class SQLiteStore(Store):
         self._busy_ms = int(self._writer.execute("PRAGMA busy_timeout").fetchone()[0])
         """How long the writer waits for another process's lock (what a write that must not wait restores)."""
         self._migrate()
-        self._writer.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+        self._writer.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES}")  # copied back by a thread instead
         (self._seen,) = self._writer.execute("SELECT coalesce(max(seq), 0) FROM write_log").fetchone()
         (self._data_version,) = self._writer.execute("PRAGMA data_version").fetchone()
+        self._checkpointer = WalCheckpointer(self._open, pause_writers=self._writers_paused)
+        """Copies the write-ahead log into the file, away from the writer (``store.sqlite_checkpoint``)."""
+        if self.path != ":memory:":
+            self._checkpointer.start()
 
     # ------------------------------------------------------------------------------- connections
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn = self._open()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the database {self.path}: {exc}") from None
         self._all.append(conn)
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
 
     def _reader(self) -> sqlite3.Connection:
@@ -218,6 +219,18 @@ class SQLiteStore(Store):
             if self._writers_lock is not None:
                 self._writers_lock.release()
             self._write_lock.release()
+
+    @contextmanager
+    def _writers_paused(self) -> Iterator[None]:
+        """No write of this store, nor (``shared``) of the other workers, until the block ends."""
+        with self._write_lock:
+            if self._writers_lock is not None:
+                self._writers_lock.acquire(True)
+            try:
+                yield
+            finally:
+                if self._writers_lock is not None:
+                    self._writers_lock.release()
 
     def _begin(self, conn: sqlite3.Connection, wait: bool) -> None:
         """Open the write transaction, and catch up with what other processes wrote since the last one."""
@@ -367,6 +380,7 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         """Close every connection."""
+        self._checkpointer.close()
         for conn in self._all:
             try:
                 conn.close()

@@ -1,0 +1,96 @@
+"""The write-ahead log is copied back into the database file by a thread of its own (``WalCheckpointer``),
+not inside the writer's commits; under writes without a pause it is restarted at its limit, so it stays
+bounded. Real SQLite files, real threads."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepwatch.protocol import Report
+from stepwatch.server.store import IngestResult, PendingReport, SQLiteStore
+from stepwatch.server.store.sqlite_checkpoint import WalCheckpointer
+
+MakeReport = Callable[..., dict[str, Any]]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within 10 s"
+        time.sleep(0.02)
+
+
+def test_the_store_copies_its_log_in_a_thread_and_the_writer_never_does(db_path: Path, make_report: MakeReport) -> None:
+    store = SQLiteStore(db_path)
+    job = store.register("ns", "a", token_hash="h", now=0.0)
+    frame = 24 + store._writer.execute("PRAGMA page_size").fetchone()[0]
+    wal = Path(f"{db_path}-wal")
+    copies = store._checkpointer.copies
+    for seq in range(1, 201):
+        metrics = {f"metric/{i}": seq + i / 100 for i in range(40)}
+        report = Report.from_dict(make_report(seq, seq, metrics))
+        (result,) = store.ingest_reports([PendingReport(job, report, float(seq))])
+        assert isinstance(result, IngestResult)
+    written = wal.stat().st_size // frame
+    assert written > 1000  # past SQLite's own limit: no commit copied it back (the log only grew)
+    wait_for(lambda: store._checkpointer.copies > copies)
+    last = Report.from_dict(make_report(201, 201, {"loss": 1.0}))
+    store.ingest_reports([PendingReport(job, last, 201.0)])
+    with sqlite3.connect(db_path) as reader:  # the copy left nothing behind: the next write started the log again
+        _, log, _ = reader.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert log < 50 and reader.execute("SELECT count(*) FROM points").fetchone() == (200 * 40 + 1,)
+    store.close()
+    assert store._checkpointer._thread is None
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path: Path, restart: bool) -> None:
+    path = tmp_path / "busy.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")  # only the thread copies
+    writer.execute("CREATE TABLE t (k INTEGER, v TEXT)")
+    writer.execute("CREATE INDEX t_by_k ON t (k)")
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    lock = threading.Lock()  # the store's write lock
+    checkpointer = WalCheckpointer(
+        connect, pause_writers=lambda: lock, every_s=0.02, restart_frames=200 if restart else 10**9
+    )
+    checkpointer.start()
+    commits = 0
+    deadline = time.monotonic() + 1.5
+    try:
+        while time.monotonic() < deadline or checkpointer.copies < 5:  # one commit after the other
+            with lock:
+                writer.execute("INSERT INTO t VALUES (?, ?)", (commits % 97, "x" * 300))
+            commits += 1
+    finally:
+        checkpointer.close()
+    longest = (path.parent / "busy.db-wal").stat().st_size // (24 + 4096)  # the file keeps its longest size
+    if restart:
+        assert checkpointer.restarts >= 1
+        assert longest < commits / 4  # every commit appends a frame: the log was started again, many times
+    else:  # without the restart the log only grows (what the restart is for)
+        assert checkpointer.restarts == 0 and longest >= commits
+    assert writer.execute("SELECT count(*) FROM t").fetchone() == (commits,)
+    writer.close()
+
+
+def test_close_stops_the_thread_at_once(tmp_path: Path) -> None:
+    checkpointer = WalCheckpointer(lambda: sqlite3.connect(tmp_path / "x.db"), every_s=30.0)
+    checkpointer.start()
+    thread = checkpointer._thread
+    assert thread is not None and thread.is_alive()
+    started = time.monotonic()
+    checkpointer.close()
+    assert not thread.is_alive() and time.monotonic() - started < 5.0
