@@ -177,3 +177,37 @@ def test_a_bad_worker_count_is_refused(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 2 and "argument --workers: a number of worker processes is 1..64, got 0" in done.stderr
+
+
+def test_a_burst_of_new_connections_is_spread_over_the_workers(workers: Workers) -> None:
+    host, port = "127.0.0.1", int(workers.url.rsplit(":", 1)[1])
+    burst = [socket.create_connection((host, port), timeout=10) for _ in range(60)]  # all queued at once
+    answered: dict[int, int] = {0: 0, 1: 0}
+    try:
+        for sock in burst:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        for sock in burst:
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            answered[json.loads(data.split(b"\r\n\r\n", 1)[1])["process"]["worker"]] += 1
+    finally:
+        for sock in burst:
+            sock.close()
+    # each connection goes to either worker's socket by a hash of its address: 60 split 20:40 or worse
+    # about once in 100 runs, 12:48 or worse about once in 100,000
+    assert min(answered.values()) >= 12, answered
+
+
+def test_a_port_held_by_a_server_with_workers_cannot_be_joined() -> None:
+    from stepwatch.server.workers import listening_sockets
+
+    socks = listening_sockets("127.0.0.1", 0, 2)
+    try:
+        port = socks[0].getsockname()[1]
+        assert {s.getsockname()[1] for s in socks} == {port}
+        with pytest.raises(OSError):  # the port is claimed alone first: a second server is refused
+            listening_sockets("127.0.0.1", port, 2)
+    finally:
+        for sock in socks:
+            sock.close()

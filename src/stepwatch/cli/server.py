@@ -169,14 +169,14 @@ def serve_workers(settings: ServerSettings, options: dict[str, Any], where: str)
     from ..server.app import open_store
     from ..server.process import tune_for_serving
     from ..server.store import StoreError
-    from ..server.workers import listening_socket, supervise
+    from ..server.workers import listening_sockets, supervise
 
     try:  # the schema is brought up to date once, and a bad database or setting is said here
         problem = settings.auth_problem()
         if problem is not None:
             raise ValueError(problem)
         open_store(settings).close()
-        sock = listening_socket(settings.host, settings.port)
+        socks = listening_sockets(settings.host, settings.port, settings.workers)
     except ValueError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 2
@@ -190,7 +190,7 @@ def serve_workers(settings: ServerSettings, options: dict[str, Any], where: str)
         app = create_app(settings, worker=role)
         uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[listening])
 
-    return supervise(settings.workers, sock, serve)
+    return supervise(settings.workers, socks, serve)
 
 
 def tls_files(certfile: str | None, keyfile: str | None) -> dict[str, str]:

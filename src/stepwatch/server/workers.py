@@ -1,9 +1,11 @@
 """Several server processes on one port and one database: ``stepwatch server --workers N``.
 
 One server process is one event loop, so it ingests what one core allows. With ``--workers N`` a
-supervisor binds the port, makes a private directory for the workers' sockets, and forks N workers
-that accept connections from the one listening socket (the kernel hands each new connection to one
-of them). Each worker is a whole server (:func:`.app.create_app` with a :class:`.WorkerRole`): API,
+supervisor binds the port, makes a private directory for the workers' sockets, and forks N workers,
+each accepting connections from a listening socket of its own on that port (``SO_REUSEPORT``: the
+kernel spreads new connections evenly over them; from one shared socket, the worker that woke first
+took a burst of new connections, and a benchmark phase ran with one worker at 0.36 of a core and
+the other at 0.89). Each worker is a whole server (:func:`.app.create_app` with a :class:`.WorkerRole`): API,
 dashboard, live stream and ingest, on its own connection to the database. What they share:
 
 - **the database.** SQLite serialises their writes; each worker's store reads the others' write log
@@ -41,7 +43,7 @@ from typing import Any
 
 from .siblings import WorkerRole
 
-__all__ = ["listening_socket", "supervise"]
+__all__ = ["listening_sockets", "supervise"]
 
 _log = logging.getLogger("stepwatch.server")
 
@@ -60,11 +62,32 @@ Serve = Callable[[WorkerRole, socket.socket], None]
 """Runs one worker until it is told to stop (in the forked process)."""
 
 
-def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
-    """The server's listening TCP socket, bound and listening, to be shared by the workers."""
+def listening_sockets(host: str, port: int, count: int, backlog: int = 2048) -> list[socket.socket]:
+    """``count`` listening TCP sockets on one port, one per worker (``SO_REUSEPORT``; where the system
+    has no such option, one socket that the workers share). ``OSError`` when the port is taken, by
+    anything: the port is claimed alone first, so a second stepwatch server cannot join the first."""
+    claim = _listening(host, port, backlog, reuse_port=False)
+    if count == 1 or not hasattr(socket, "SO_REUSEPORT"):
+        return [claim]
+    port = claim.getsockname()[1]  # the one the system chose, for port 0
+    claim.close()
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            socks.append(_listening(host, port, backlog, reuse_port=True))
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def _listening(host: str, port: int, backlog: int, reuse_port: bool) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
         sock.listen(backlog)
@@ -75,18 +98,19 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
     return sock
 
 
-def supervise(count: int, sock: socket.socket, serve: Serve, say: Callable[[str], None] | None = None) -> int:
-    """Run ``count`` workers on ``sock`` until SIGINT or SIGTERM; the exit status (0, or 1 when workers
-    kept dying at their start). ``serve`` runs in each forked worker."""
+def supervise(count: int, socks: list[socket.socket], serve: Serve, say: Callable[[str], None] | None = None) -> int:
+    """Run ``count`` workers on ``socks`` (worker i on socket i, or all on one) until SIGINT or SIGTERM;
+    the exit status (0, or 1 when workers kept dying at their start). ``serve`` runs in each forked worker."""
     directory = tempfile.mkdtemp(prefix="stepwatch-workers-")  # mode 0700: only this user talks to them
-    supervisor = _Supervisor(count, sock, serve, directory, say)
+    supervisor = _Supervisor(count, socks, serve, directory, say)
     previous = {s: signal.signal(s, supervisor.stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return supervisor.run()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        sock.close()
+        for sock in socks:
+            sock.close()
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -94,9 +118,14 @@ class _Supervisor:
     """The workers' parent: starts them, starts again those that die, stops them all on a signal."""
 
     def __init__(
-        self, count: int, sock: socket.socket, serve: Serve, directory: str, say: Callable[[str], None] | None
+        self,
+        count: int,
+        socks: list[socket.socket],
+        serve: Serve,
+        directory: str,
+        say: Callable[[str], None] | None,
     ) -> None:
-        self.count, self.sock, self.serve, self.directory = count, sock, serve, directory
+        self.count, self.socks, self.serve, self.directory = count, socks, serve, directory
         self.say = say or (lambda line: print(f"stepwatch server: {line}", file=sys.stderr, flush=True))
         self.children: dict[int, tuple[int, float]] = {}
         """pid -> (worker index, start time)"""
@@ -107,7 +136,11 @@ class _Supervisor:
     def start(self, index: int) -> None:
         pid = os.fork()
         if pid == 0:  # the worker
-            _worker(WorkerRole(index, self.count, self.directory), self.sock, self.serve)
+            mine = self.socks[index % len(self.socks)]
+            for other in self.socks:  # a worker holds only its own listening socket
+                if other is not mine:
+                    other.close()
+            _worker(WorkerRole(index, self.count, self.directory), mine, self.serve)
         self.children[pid] = (index, time.monotonic())
 
     def stop(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> None:
