@@ -149,6 +149,9 @@ class SQLiteStore(Store):
         """Windows stored per series since its last fold into roll-ups (this process only)."""
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
+        self._checkpointer = WalCheckpointer(self._open, pause_writers=self._writers_paused)
+        """Copies the write-ahead log into the file, away from the writer (``store.sqlite_checkpoint``);
+        started once the database is open and up to date."""
         self._writer = self._connect()
         self._busy_ms = int(self._writer.execute("PRAGMA busy_timeout").fetchone()[0])
         """How long the writer waits for another process's lock (what a write that must not wait restores)."""
@@ -156,8 +159,6 @@ class SQLiteStore(Store):
         self._writer.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES}")  # copied back by a thread instead
         (self._seen,) = self._writer.execute("SELECT coalesce(max(seq), 0) FROM write_log").fetchone()
         (self._data_version,) = self._writer.execute("PRAGMA data_version").fetchone()
-        self._checkpointer = WalCheckpointer(self._open, pause_writers=self._writers_paused)
-        """Copies the write-ahead log into the file, away from the writer (``store.sqlite_checkpoint``)."""
         if self.path != ":memory:":
             self._checkpointer.start()
 
