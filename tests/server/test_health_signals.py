@@ -86,13 +86,15 @@ def time_at(step: int) -> float:
 # the first not_learning (step) of each curve and seed, measured with the tracker before the second
 # signals were added (commit 88d540d); None: never flagged. Changed on purpose once since: the drop
 # test compares rates per unit of log step with change_z 2 (was: per second, 3; docs/health.md),
-# which finds the plateau of 'flat from 6,000', seed 1, at step 6,784 instead of 7,096; the rest held.
+# which finds the plateau of 'flat from 6,000', seed 1, at step 6,784 instead of 7,096; and twice since:
+# change_z 2.5 with the hysteresis of change_keep_z 1.75 finds seed 0's at step 6,952 instead of
+# 9,400 (a confirmation no longer restarted by one test just under the threshold); the rest held.
 LOSS_ONLY = [
     ("power law", power, 0, None),
     ("power law", power, 1, None),
     ("flat from 3,000", flat_after(3000), 0, 4048),
     ("flat from 3,000", flat_after(3000), 1, 4024),
-    ("flat from 6,000", flat_after(6000), 0, 9400),
+    ("flat from 6,000", flat_after(6000), 0, 6952),
     ("flat from 6,000", flat_after(6000), 1, 6784),
 ]
 

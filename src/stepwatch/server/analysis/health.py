@@ -120,12 +120,17 @@ class HealthParams:
     """The longer history, in plateau windows (at least 2), over which a slow steady improvement is
     tested: the last window against the window this many windows back. Longer than 3 also helps a
     plateau after learning: the earlier rate is measured more precisely, so its drop shows sooner."""
-    change_z: float = 2.0
+    change_z: float = 2.5
     """A slow steady tail stops counting as learning when its recent rate falls this many standard
     errors below its earlier rate (a plateau after learning is seen before the history goes flat).
-    The same 2 as ``noise_z`` since the rates are compared per unit of log progress
-    (``rate_per_log_progress``); per second, a healthy power law's own slowing came within 3
-    standard errors of a drop, and 3 was needed."""
+    Compared per unit of log progress (``rate_per_log_progress``): per second, a healthy power law's
+    own slowing came within 3 standard errors of a drop, and 3 was needed. 2.5 with the hysteresis
+    of ``change_keep_z`` (2 without it: fewer false alarms, later plateaus)."""
+    change_keep_z: float = 1.75
+    """While a plateau is being confirmed, a drop keeps counting down to this many standard errors:
+    the statistic of a real drop hovers around ``change_z`` (each test moves it by a block's noise),
+    and without the hysteresis one test at 1.9 restarted the confirmation, which delayed a plateau
+    after clear learning by up to a window. At most ``change_z``; equal to it: no hysteresis."""
     plateau_confirm: float = 0.4
     """A verdict changes only when the opposite condition has held for this share of the plateau
     window (longer than a group): one unlucky test is no alarm, one lucky test no recovery."""
@@ -189,6 +194,8 @@ class HealthParams:
         for name in _POSITIVE_KNOBS:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be greater than 0, got {getattr(self, name)!r}")
+        if not self.change_keep_z <= self.change_z:
+            raise ValueError(f"change_keep_z must be at most change_z ({self.change_z!r}), got {self.change_keep_z!r}")
         if not 0 < self.plateau_group <= 0.5:
             raise ValueError(f"plateau_group must be in (0, 0.5], got {self.plateau_group!r}")
 

@@ -46,6 +46,7 @@ class PlateauTest(NamedTuple):
     recent: float | None = None  # the rate over the window, in the same unit
     change_se: float | None = None  # the standard error of early - recent
     dropped: bool = False  # the recent rate fell significantly below the earlier one (the drop test's evidence)
+    keeps_learning: bool | None = None  # learning with the drop test's lower threshold of a plateau being confirmed
 
 
 class PlateauDetector:
@@ -137,7 +138,8 @@ class PlateauDetector:
         confirm = p.plateau_confirm * window
         # a plateau ends only on evidence: an improvement beyond the noise (1 % in noise of 2 % is
         # no evidence), held for the confirmation too (no flapping on one lucky test)
-        if test.learning if not self.flat else test.significant:
+        holding = not self.flat and self._hold_t is not None and test.keeps_learning is not None
+        if (test.keeps_learning if holding else test.learning) if not self.flat else test.significant:
             self._worse_t = None
             if not self.flat:
                 self._hold_t = None
@@ -237,6 +239,7 @@ class PlateauDetector:
         learning = significant or gain >= p.min_delta
         long_gain = long_se = early = recent = change_se = None
         dropped = False
+        keeps_learning = None
         i_far = bisect_right(times, t - history + window)  # the history's first window: i_span..i_far
         n_far = i_far - i_span
         if i_span > 0 and t - history >= judged_from and n_far >= 2:
@@ -264,6 +267,10 @@ class PlateauDetector:
                 # a plateau ends on an improvement made on it: a history that reaches back to the
                 # learning before the plateau shows that learning, not a recovery
                 steady = False
+            # while a plateau is being confirmed, a rate whose drop falls just under change_z does not
+            # end the confirmation: only one that is clearly no drop does (hysteresis)
+            dropped_hold = early - recent >= p.change_keep_z * change_se and not self._annealing()
+            keeps_learning = learning or (long_gain >= z * long_se and not dropped_hold and steady)
             learning, significant = learning or steady, significant or steady
         first_step = self._s[i_last - 1] if i_last > 0 else self._s[0]
         since_step = self._s[min(bisect_right(times, c_old), len(times) - 1)]
@@ -285,6 +292,7 @@ class PlateauDetector:
             recent,
             change_se,
             dropped,
+            keeps_learning,
         )
 
 
