@@ -734,13 +734,17 @@ class HealthTracker:
         loss's evidence is a drop of its rate (a significant slowing since its history); from the
         start of that history when its evidence is the history itself, which did not improve
         significantly: the evaluation then answers the same question over the same span
-        (``eval_over_history``)."""
+        (``eval_over_history``). Never from before that history: a flat stretch that began before a
+        plateau (a confirmation begun on noise and kept by the hysteresis) must not let the
+        learning before it veto the plateau for ever."""
         p = self.params
         test = self._plateau.test
-        if not p.eval_over_history or test is None or test.long_gain is None or test.dropped:
+        if test is None or test.long_gain is None:
             return since
-        return min(since, test.t - max(p.plateau_history, 2.0) * test.window)
-
+        start = test.t - max(p.plateau_history, 2.0) * test.window
+        if not p.eval_over_history or test.dropped:
+            return max(since, start)
+        return start
     def _not_learning(self) -> Verdict | None:
         plateau = self._plateau
         test = plateau.test
