@@ -745,6 +745,7 @@ class HealthTracker:
         if not p.eval_over_history or test.dropped:
             return max(since, start)
         return start
+
     def _not_learning(self) -> Verdict | None:
         plateau = self._plateau
         test = plateau.test

@@ -237,9 +237,8 @@ class PlateauDetector:
         z = p.noise_z
         significant = gain >= z * se
         learning = significant or gain >= p.min_delta
-        long_gain = long_se = early = recent = change_se = None
+        long_gain = long_se = early = recent = change_se = keeps_learning = None
         dropped = False
-        keeps_learning = None
         i_far = bisect_right(times, t - history + window)  # the history's first window: i_span..i_far
         n_far = i_far - i_span
         if i_span > 0 and t - history >= judged_from and n_far >= 2:
@@ -269,9 +268,11 @@ class PlateauDetector:
                 steady = False
             # while a plateau is being confirmed, a rate whose drop falls just under change_z does not
             # end the confirmation: only one that is clearly no drop does (hysteresis)
-            dropped_hold = early - recent >= p.change_keep_z * change_se and not self._annealing()
-            keeps_learning = learning or (long_gain >= z * long_se and not dropped_hold and steady)
-            learning, significant = learning or steady, significant or steady
+            learning, significant, keeps_learning = (
+                learning or steady,
+                significant or steady,
+                learning or (steady and (self._annealing() or early - recent < p.change_keep_z * change_se)),
+            )
         first_step = self._s[i_last - 1] if i_last > 0 else self._s[0]
         since_step = self._s[min(bisect_right(times, c_old), len(times) - 1)]
         return PlateauTest(
