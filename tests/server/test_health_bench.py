@@ -50,3 +50,18 @@ def test_quick_benchmark_runs_and_prints_the_tables() -> None:
     assert ingest < 500 * max(baseline, 0.01), cost.group(0)  # measured: 120-170x
     for family in ("warm-up + cosine decay to 0", "warm-up + linear decay to 0", "slow tail, 1 % noise"):
         assert family in out
+
+
+def test_a_plateau_whose_confirmation_began_before_it_is_flagged() -> None:
+    """Seeds 300-311, 'flat after N steps', seed 300 of 150 min: the confirmation of its plateau began
+    on the learning just before it (kept by the drop test's hysteresis), and the evaluation, judged
+    since then, improved by the learning before the plateau and vetoed it for ever (never flagged).
+    The evaluation is now judged over the loss's history at most: found within 0.25 of the plan."""
+    sys.path.insert(0, str(BENCHMARK.parent))
+    try:
+        import health_detection as bench
+    finally:
+        sys.path.remove(str(BENCHMARK.parent))
+    job = next(j for j in bench.faulty_curves(300, 36_000) if j.name == "plateau: flat after N steps")
+    outcome = bench.run(job)
+    assert outcome.delay is not None and outcome.delay < 0.25 * outcome.planned, outcome
