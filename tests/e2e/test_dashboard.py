@@ -201,10 +201,18 @@ def test_stop_button_stops_a_job_that_runs_the_report_core(page: Any, server: An
         page.click("#panel button:text-is('Stop…')")
         page.fill("#confirm-reason", "plateau, saving GPUs")
         shot("confirm")
+        # the job sees the stop within one 0.2 s interval and its end replaces the "queued" line: record every
+        # text the status line shows rather than hoping to catch a short-lived one
+        page.evaluate(
+            "() => { const el = document.querySelector('[data-testid=panel-status]'); window.statusSeen = [];"
+            " new MutationObserver(() => window.statusSeen.push(el.textContent))"
+            ".observe(el, { childList: true, characterData: true, subtree: true }); }"
+        )
         page.click("#confirm-ok")
-        page.wait_for_selector("[data-testid=panel-status]:has-text('stop queued')")
+        wait_js(page, "return window.statusSeen.some((text) => text.includes('stop queued'));")
         assert ended.wait(10), "the job did not see the stop"
         page.wait_for_selector("#panel [data-testid=panel-state]:text-is('stopped')")
+        page.wait_for_selector("[data-testid=panel-status]:has-text('has stopped')")  # never left at "queued"
         page.wait_for_selector("#panel [data-testid=events]:has-text('plateau, saving GPUs')")
         assert page.locator("#panel button:text-is('Stop…')").is_disabled()
         shot("stopped")

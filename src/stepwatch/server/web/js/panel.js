@@ -462,7 +462,10 @@ class Panel {
     }
     try {
       const made = await postJSON(`${jobPath(this.namespace, this.name)}/commands`, { kind, reason });
-      this.status.textContent = `${kind} queued (command ${made.id}); the job gets it at its next report.`;
+      // the job may have ended (and the stream said so) while the request was on its way
+      this.status.textContent = this.view && ENDED.has(this.view.state)
+        ? `${kind} queued (command ${made.id}); the job has ${this.view.state}.`
+        : `${kind} queued (command ${made.id}); the job gets it at its next report.`;
       this.refreshPending();
     } catch (err) {
       this.status.textContent = `${kind} failed: ${err.message}`;
