@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .analysis.cost import PriceList, parse_prices
-from .analysis.health import HealthParams
+from .analysis.health_params import HealthParams
 from .auth import AUTH_MODES, Authenticator, Grant, is_loopback, parse_cidrs, parse_group_roles
 from .policies.model import Policy, PolicyError, parse_policy
 

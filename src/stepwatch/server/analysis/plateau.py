@@ -18,10 +18,9 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import sub
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-if TYPE_CHECKING:
-    from .health import HealthParams
+from .health_params import HealthParams
 
 __all__ = ["PlateauDetector", "PlateauTest"]
 
@@ -177,7 +176,7 @@ class PlateauDetector:
     ) -> tuple[float, float]:
         """The spans of the earlier and the recent rate, between the groups' centres: in learning-rate
         area when the job reports its learning rate and the area grew over both, else in steps; with
-        ``rate_per_log_progress`` in the logarithm of either (see :class:`~.health.HealthParams`);
+        ``rate_per_log_progress`` in the logarithm of either (see :class:`~.health_params.HealthParams`);
         in seconds when neither grew (no steps known)."""
         log = self.params.rate_per_log_progress
         for clock in (self._a, self._s):  # NaN (no learning rate known) compares false below

@@ -1,0 +1,164 @@
+"""The knobs of the health analysis (:class:`HealthParams`), each default with the reason for it.
+
+Kept apart from :mod:`.health` (the tracker that uses them) and read by :mod:`.plateau` too; the
+server's settings take a JSON object of them (``STEPWATCH_HEALTH``), and
+``docs/health.md`` shows the curves each default was chosen on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_HEALTH_PARAMS", "HealthParams"]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthParams:
+    """The knobs of :class:`HealthTracker`; ``docs/health.md`` shows the curves behind each default."""
+
+    stall_intervals: float = 5.0
+    """Reports missed before rank 0 counts as silent: 5 intervals stay within the target of
+    ``2 x interval + 30 s`` for any interval up to 10 s, and a late report or two is not a stall."""
+    stall_floor_s: float = 20.0
+    """Silence shorter than this is never a stall: retries with backoff after a network blip last
+    a few seconds; 20 s plus a sweep every few seconds still meets the 34 s target of a 2 s job."""
+    default_interval_s: float = 2.0
+    """The report interval assumed until the job's own gaps are known (the reporter's default)."""
+    interval_memory: int = 31
+    """Recent gaps between rank 0's reports whose median is the job's usual report interval."""
+    standstill_floor_s: float = 120.0
+    """The step may stand still this long with reports arriving (evaluation, checkpoint, a slow
+    first batch) before the job is stalled: most evaluations of the healthy curves fit in it, and a
+    longer one is learnt after it is seen once (``pause_factor``)."""
+    standstill_steps: float = 5.0
+    """A slow job's step may stand for this many of its own step times."""
+    pause_factor: float = 1.5
+    """A standstill that ended with progress (a pause) allows the next ones to be this much longer."""
+    pause_memory: int = 4
+    """How many recent pauses set the allowance (a pattern of evaluations, not one old freak)."""
+    pause_cap_s: float = 1800.0
+    """The learnt pause allowance never exceeds this: a hang that once resolved must not hide the next."""
+    startup_s: float = 600.0
+    """Before the first step of a segment moves (loading, compiling, restoring a checkpoint)."""
+    min_delta: float = 0.01
+    """Relative improvement per plateau window that counts as learning whatever the noise (1 %)."""
+    noise_z: float = 2.0
+    """An improvement this many standard errors above zero counts as learning even when it is under
+    ``min_delta``: a slow tail that improves by more than its noise is still learning.
+    ``math.inf`` gives the plain ``min_delta`` rule."""
+    plateau_window_s: float = 600.0
+    """Longest plateau window: a plateau after clear learning is seen in about 1.2 windows, within
+    the 15 min target."""
+    plateau_min_s: float = 120.0
+    """Shortest plateau window, for short jobs: below it the noise of the means makes false alarms."""
+    plateau_fraction: float = 0.07
+    """Plateau window as a share of the planned duration (when the total steps are known): the
+    delay after clear learning is about 1.2 of it, within the target of 10 %."""
+    plateau_min_windows: int = 20
+    """The plateau test needs at least this many windows in its history (jobs that report rarely),
+    and at least 2 blocks in each group."""
+    plateau_group: float = 0.35
+    """The plateau test compares the first and the last this share of the window (two groups of
+    blocks, each summarised by a trimmed mean): near a third gives the smallest error."""
+    plateau_blocks: int = 48
+    """Blocks per plateau window: a block lasts the window over this, and at least one window; a
+    group then has about 17 blocks, enough to trim evaluation and recovering loss spikes."""
+    plateau_history: float = 4.0
+    """The longer history, in plateau windows (at least 2), over which a slow steady improvement is
+    tested: the last window against the window this many windows back. Longer than 3 also helps a
+    plateau after learning: the earlier rate is measured more precisely, so its drop shows sooner."""
+    change_z: float = 2.5
+    """A slow steady tail stops counting as learning when its recent rate falls this many standard
+    errors below its earlier rate (a plateau after learning is seen before the history goes flat).
+    Compared per unit of log progress (``rate_per_log_progress``): per second, a healthy power law's
+    own slowing came within 3 standard errors of a drop, and 3 was needed. 2.5 with the hysteresis
+    of ``change_keep_z`` (2 without it: fewer false alarms, later plateaus)."""
+    change_keep_z: float = 1.75
+    """While a plateau is being confirmed, a drop keeps counting down to this many standard errors:
+    the statistic of a real drop hovers around ``change_z`` (each test moves it by a block's noise),
+    and without the hysteresis one test at 1.9 restarted the confirmation, which delayed a plateau
+    after clear learning by up to a window. At most ``change_z``; equal to it: no hysteresis."""
+    plateau_confirm: float = 0.4
+    """A verdict changes only when the opposite condition has held for this share of the plateau
+    window (longer than a group): one unlucky test is no alarm, one lucky test no recovery."""
+    lr_zero_fraction: float = 0.001
+    """A learning rate at most this share of its peak is zero: a job that reports one, past its
+    warm-up and held for ``plateau_confirm`` of a window, is not learning whatever its loss does
+    (a cosine decay to 0 gets there only in its last 2 % of steps, a linear one in its last 0.1 %:
+    inside ``finish_fraction``)."""
+    rate_per_lr_area: bool = True
+    """When the job reports its learning rate, the drop test compares the loss's rates of improvement
+    per unit of learning-rate area (the sum of the rate over the steps), not per second: a schedule
+    that decays the rate slows the loss by design, a loss flat while the area grows is a plateau."""
+    rate_per_log_progress: bool = True
+    """The drop test compares the rates per unit of the *logarithm* of the progress (the learning-rate
+    area, or the step without a learning rate): a learning curve is close to a power law of its
+    progress, whose rate per step falls as the progress grows, by design; per unit of log progress
+    it falls far less, so a healthy curve's slowing is not a drop, and a flat loss still is."""
+    eval_min_points: int = 3
+    """An evaluation metric vetoes ``not_learning`` when, over at least this many evaluations since
+    the loss went flat, it improved by ``noise_z`` standard errors (its noise measured over all its
+    points kept): the evaluation is a second, independent measurement of learning."""
+    eval_over_history: bool = True
+    """When the loss's evidence for a plateau is its history (no significant improvement over
+    ``plateau_history`` windows) rather than a drop of its rate, the evaluation is judged over that
+    same history, not only since the loss went flat: a slow tail that the loss's noise hides over
+    the history may show in a quieter evaluation over it."""
+    confirm_levels: int = 4
+    """Unused since the plateau test compares windowed means with their standard errors; kept so
+    that settings naming it still work."""
+    block_windows: int = 5
+    """Windows per block of the level (10 s at the default interval)."""
+    level_blocks: int = 8
+    """Blocks whose median is the level (80 s): a spike shorter than 4 blocks leaves it unchanged."""
+    warmup_s: float = 120.0
+    """Learning is not judged in the first seconds of a segment (learning-rate warm-up)..."""
+    warmup_fraction: float = 0.05
+    """...nor in the first share of the planned duration, when the total steps are known."""
+    anneal_fraction: float = 0.25
+    """In the last share of the planned steps a falling rate of improvement is the schedule's
+    annealing (cosine or linear decay to zero), not a plateau: there only a history that did not
+    improve at all counts as not learning."""
+    finish_fraction: float = 0.05
+    """Nor in the last share of the planned steps: schedules anneal to a flat end, and stopping
+    then would save at most this share."""
+    diverge_factor: float = 2.0
+    """A level this many times worse than the best level is a blow-up (loss twice its best;
+    an accuracy half its best); warm-up bumps and recovering spikes of the curves stay under 1.5x."""
+    nonfinite_recover_windows: int = 10
+    """Consecutive finite windows after a non-finite value before ``diverging`` clears (20 s)."""
+    straggler_fraction: float = 0.5
+    """A rank stepping at less than this share of the median rank's rate is a straggler."""
+    rate_window_s: float = 60.0
+    """Seconds over which each rank's step rate is measured."""
+    rank_check_s: float = 5.0
+    """Ranks are scanned (hangs, stragglers) at most this often: a scan is O(ranks)."""
+    max_ranks: int = 65_536
+    """Ranks beyond this many are not tracked (memory bound)."""
+
+    def __post_init__(self) -> None:
+        # counts and lengths that the analysis divides by or takes a median of must be positive
+        for name in _POSITIVE_KNOBS:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be greater than 0, got {getattr(self, name)!r}")
+        if not self.change_keep_z <= self.change_z:
+            raise ValueError(f"change_keep_z must be at most change_z ({self.change_z!r}), got {self.change_keep_z!r}")
+        if not 0 < self.plateau_group <= 0.5:
+            raise ValueError(f"plateau_group must be in (0, 0.5], got {self.plateau_group!r}")
+
+
+_POSITIVE_KNOBS = (
+    "default_interval_s",
+    "interval_memory",
+    "pause_memory",
+    "plateau_window_s",
+    "plateau_min_s",
+    "plateau_blocks",
+    "block_windows",
+    "eval_min_points",
+    "level_blocks",
+    "rate_window_s",
+)
+
+
+DEFAULT_HEALTH_PARAMS = HealthParams()
