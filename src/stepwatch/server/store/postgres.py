@@ -19,6 +19,9 @@ replicas write the same rows, so each write transaction also notifies (``pg_noti
 commit) which jobs and names it changed; every store listens (:mod:`.postgres_notify`) and forgets
 them. A job read or written is cached only if no notification about it arrived in between, and
 nothing is served from the cache while the listening connection is down.
+
+What both stores do with the same statements (commands, policies, events, tokens, the audit log) is
+written once in :mod:`.sql_common`; what a report changes in its job's row, once in :mod:`.job_updates`.
 """
 
 from __future__ import annotations
@@ -38,11 +41,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...protocol import Command, GpuReading, Report, TrainerStatus
 from . import rollups
-from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
+from .access import TOKEN_COLUMNS, ApiToken, AuditEntry, token_from_row
 from .base import (
     FINAL_STATES,
     ChangeListener,
-    Event,
     IngestResult,
     Job,
     JobFilter,
@@ -52,7 +54,6 @@ from .base import (
     RankState,
     SeriesColumns,
     SeriesPoint,
-    Store,
     StoreError,
     health_change_is_event,
 )
@@ -62,6 +63,7 @@ from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, SORT_SQL, channel, lock
 from .replica_cache import ReplicaCache, changes_payload
 from .rollups import FANOUT
 from .rows import JOB_COLUMNS, column_value, job_from_row, load_float
+from .sql_common import SqlStore
 
 __all__ = ["PostgresStore", "redacted"]
 
@@ -101,8 +103,10 @@ class _Qmark:
         return self.conn.execute(query, parameters)
 
 
-class PostgresStore(Store):
+class PostgresStore(SqlStore):
     """The store of a PostgreSQL database, shareable by several server processes (see the module docstring)."""
+
+    _PARAM = "%s"
 
     def __init__(self, url: str, *, pool_size: int = 8, connect_timeout_s: float = 10.0) -> None:
         self.url = url
@@ -665,19 +669,6 @@ class PostgresStore(Store):
 
     # ---------------------------------------------------------------------------------- commands
 
-    def add_command(self, job: Job, kind: str, reason: str, now: float, actor: str = "") -> Command:
-        """Queue a command; the reporter receives it with its next answer."""
-        command = Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason)  # type: ignore[arg-type]
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (%s, %s, %s, %s, %s)",
-                (command.id, job.id, kind, reason, now),
-            )
-            self._command_event(conn, job.id, now, command, actor)
-            if actor:
-                self._audit(conn, AuditEntry(now, actor, kind, job.namespace, job.name, reason, {"id": command.id}))
-        return command
-
     def pending_commands(self, job_id: int) -> list[Command]:
         """Commands not acknowledged yet, oldest first."""
         rows = self._read(
@@ -685,81 +676,6 @@ class PostgresStore(Store):
             (job_id,),
         )
         return [Command(id=r[0], kind=r[1], reason=r[2]) for r in rows]
-
-    def _command_event(
-        self, conn: psycopg.Connection[tuple[Any, ...]], job_id: int, now: float, command: Command, actor: str = ""
-    ) -> None:
-        kind, reason = command.kind, command.reason
-        message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
-        data = {"id": command.id, "kind": kind, "reason": reason, **({"by": actor} if actor else {})}
-        self._event(conn, job_id, now, "command", message, data)
-
-    # ---------------------------------------------------------------------------------- policies
-
-    def set_policy(self, job_id: int, policy: dict[str, Any], now: float, message: str, actor: str = "") -> Job:
-        """Replace a job's own policy (an event ``policy_set``)."""
-        with self._write() as conn:
-            current = self._existing(conn, job_id)
-            self._event(
-                conn, job_id, now, "policy_set", message, {"policy": policy, **({"by": actor} if actor else {})}
-            )
-            if actor:
-                entry = AuditEntry(
-                    now, actor, "policy_set", current.namespace, current.name, message, {"policy": policy}
-                )
-                self._audit(conn, entry)
-            return self._update(conn, current, {"policy": policy})
-
-    def act(
-        self,
-        job_id: int,
-        trigger: str,
-        fired: dict[str, Any],
-        message: str,
-        commands: tuple[tuple[str, str], ...],
-        now: float,
-    ) -> tuple[Job, list[Command]]:
-        """Record a policy's action on a trigger with its commands, in one transaction."""
-        queued = [Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason) for kind, reason in commands]  # type: ignore[arg-type]
-        with self._write() as conn:
-            current = self._existing(conn, job_id)
-            self._event(conn, job_id, now, "policy", message, {"trigger": trigger, **fired})
-            for i, command in enumerate(queued):
-                conn.execute(
-                    "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (%s, %s, %s, %s, %s)",
-                    (command.id, job_id, command.kind, command.reason, now + i * 1e-6),  # kept in order
-                )
-                self._command_event(conn, job_id, now, command)
-            job = self._update(conn, current, {"policy_fired": {**current.policy_fired, trigger: fired}})
-        return job, queued
-
-    def rearm(self, job_id: int, triggers: tuple[str, ...], now: float) -> Job:
-        """Forget the policy's actions on these triggers."""
-        with self._write() as conn:
-            current = self._existing(conn, job_id)
-            kept = {k: v for k, v in current.policy_fired.items() if k not in triggers}
-            if len(kept) == len(current.policy_fired):
-                return current
-            return self._update(conn, current, {"policy_fired": kept})
-
-    def namespace_policies(self) -> dict[str, dict[str, Any]]:
-        """Every namespace's policy."""
-        rows = self._read("SELECT namespace, policy FROM namespace_policies ORDER BY namespace")
-        return {namespace: json.loads(policy) for namespace, policy in rows}
-
-    def set_namespace_policy(self, namespace: str, policy: dict[str, Any] | None, now: float, actor: str = "") -> None:
-        """Replace or remove a namespace's policy."""
-        with self._write() as conn:
-            if actor:
-                self._audit(conn, AuditEntry(now, actor, "namespace_policy_set", namespace, "", "", {"policy": policy}))
-            if policy is None:
-                conn.execute("DELETE FROM namespace_policies WHERE namespace = %s", (namespace,))
-            else:
-                conn.execute(
-                    "INSERT INTO namespace_policies (namespace, policy, updated_at) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (namespace) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at",
-                    (namespace, json.dumps(policy), now),
-                )
 
     # ------------------------------------------------------------------------------------ events
 
@@ -779,26 +695,6 @@ class PostgresStore(Store):
             "INSERT INTO events (job_id, t, kind, message, data) VALUES (%s, %s, %s, %s, %s)",
             (job_id, now, kind, message, json.dumps(data)),
         )
-
-    def events(
-        self, *, job_id: int | None = None, namespace: str | None = None, after: int = 0, limit: int = 100
-    ) -> list[Event]:
-        """Events after an id, oldest first."""
-        clauses = ["events.id > %s"]
-        args: list[Any] = [after]
-        if job_id is not None:
-            clauses.append("events.job_id = %s")
-            args.append(job_id)
-        if namespace is not None:
-            clauses.append("jobs.namespace = %s")
-            args.append(namespace)
-        rows = self._read(
-            "SELECT events.id, events.job_id, jobs.namespace, jobs.name, events.t, events.kind, events.message, "
-            f"events.data FROM events JOIN jobs ON jobs.id = events.job_id WHERE {' AND '.join(clauses)} "
-            "ORDER BY events.id LIMIT %s",
-            (*args, limit),
-        )
-        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
 
     # ---------------------------------------------------------------------------------- replicas
 
@@ -836,15 +732,6 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------------ access (tokens, audit)
 
-    def create_token(self, token: ApiToken, token_hash: str, entry: AuditEntry) -> None:
-        """Store a new API token (its hash) and the audit entry of its creation."""
-        with self._write() as conn:
-            conn.execute(
-                f"INSERT INTO api_tokens (token_hash, {TOKEN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (token_hash, *_token_row(token)),
-            )
-            self._audit(conn, entry)
-
     def cached_api_token(self, token_hash: str) -> ApiToken | None:
         """A found API token, from memory, while revocations are heard."""
         return self._api_tokens.get(token_hash) if self._cache.listening else None
@@ -865,11 +752,6 @@ class PostgresStore(Store):
         if self._cache.listening and epoch == self._token_epoch:
             self._api_tokens[token_hash] = token
         return token
-
-    def api_tokens(self) -> list[ApiToken]:
-        """Every API token, oldest first."""
-        rows = self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at, id")
-        return [token_from_row(r) for r in rows]
 
     def revoke_token(self, token_id: str, now: float, entry: AuditEntry) -> ApiToken | None:
         """Revoke a token; every replica refuses it from the commit on (a notification clears their caches)."""
@@ -896,37 +778,6 @@ class PostgresStore(Store):
         with self._write(pipeline=False) as conn:
             return self._audit(conn, entry)
 
-    def _audit(self, conn: psycopg.Connection[tuple[Any, ...]], entry: AuditEntry) -> AuditEntry:
-        row = conn.execute(
-            "INSERT INTO audit (t, actor, action, namespace, name, reason, data) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-            "RETURNING id",
-            (entry.t, entry.actor, entry.action, entry.namespace, entry.name, entry.reason, json.dumps(entry.data)),
-        ).fetchone()
-        return replace(entry, id=int(row[0]) if row else 0)
-
-    def audit_log(
-        self,
-        *,
-        namespaces: tuple[str, ...] | None = None,
-        name: str | None = None,
-        include_global: bool = True,
-        after: int = 0,
-        limit: int = 100,
-    ) -> list[AuditEntry]:
-        """Audit entries after an id, oldest first."""
-        where, args = audit_where(namespaces, name, include_global, after)
-        rows = self._read(
-            f"SELECT {AUDIT_COLUMNS} FROM audit WHERE {where.replace('?', '%s')} ORDER BY id LIMIT %s", (*args, limit)
-        )
-        return [audit_from_row(r) for r in rows]
-
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _token_row(token: ApiToken) -> tuple[Any, ...]:
-    return (
-        token.id, token.name, token.role, json.dumps(list(token.namespaces)), token.created_at, token.created_by,
-        token.expires_at, token.revoked_at, token.revoked_by,
-    )  # fmt: skip

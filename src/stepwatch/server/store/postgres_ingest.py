@@ -15,15 +15,15 @@ batch is written again report by report, each in a savepoint, so the failure sta
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ...protocol import Command, MetricWindow, TrainerStatus, parse_rfc3339
-from .base import IngestResult, Job, PendingReport, ProgressSample, StoreError
+from ...protocol import Command, TrainerStatus
+from .base import IngestResult, Job, PendingReport, StoreError
+from .job_updates import report_updates, upstream_status
 from .rows import JOB_COLUMNS, column_value, job_from_row
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ def _apply(
 ) -> IngestResult:
     """What a stored report changes (``answer``: :data:`INGEST_SQL`'s row, ``None`` for a duplicate)."""
     job = store._remembered[item.job.id][0]
-    report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
+    report, now, identity = item.report, item.now, item.report.identity
     if answer is None:
         return IngestResult(job=job, duplicate=True, commands=tuple(pending[job.id][:16]))
     newest = bool(answer[0])
@@ -204,33 +204,7 @@ def _apply(
             store._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
         done = {command_id for command_id, _ in acked}
         pending[job.id] = [c for c in pending[job.id] if c.id not in done]
-    updates: dict[str, Any] = {"updated_at": now, "last_report_at": now}
-    sample = None
-    if identity.rank == 0 and newest:
-        updates.update(
-            step=progress.step,
-            epoch=progress.epoch,
-            samples=progress.samples,
-            steps_per_second=progress.steps_per_second,
-            samples_per_second=progress.samples_per_second,
-            world_size=identity.world_size,
-        )
-        if progress.total_steps is not None:
-            updates["total_steps"] = progress.total_steps
-        if progress.total_epochs is not None:
-            updates["total_epochs"] = progress.total_epochs
-        if progress.eta_seconds is not None:
-            updates["reported_eta"] = progress.eta_seconds
-        if item.estimate is not None:
-            updates.update(eta_seconds=item.estimate[0], eta_rate=item.estimate[1], eta_at=now)
-        if progress.step is not None:
-            sample = ProgressSample(now, progress.step)
-    if report.params is not None:  # params only grow: a run's later ones add to those it started with
-        updates["params"] = {**job.params, **report.params}
-    if report.metrics and newest:  # a late report is history, not the latest values
-        updates["last_metrics"] = {**job.last_metrics, **{w.name: w.last for w in report.metrics}}
-    if report.metrics:
-        updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
+    updates, sample = report_updates(job, item, newest)
     store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
     fresh = replace(job, **updates)
     store._remember(fresh)
@@ -242,66 +216,23 @@ def _apply(
 
 def write_status(store: PostgresStore, conn: Connection, job: Job, status: TrainerStatus, now: float) -> IngestResult:
     """Write an upstream status in the store's open transaction: progress, ETA, numeric metrics as windows."""
-    values: dict[str, float] = {}
-    for metric in status.metrics:
-        try:
-            values[metric.name] = float(metric.value)
-        except ValueError:
-            continue  # upstream allows any string; only numbers become history
-    sent_at = now if status.last_updated_time is None else parse_rfc3339(status.last_updated_time)
-    step = values.pop("current_step", None)
-    total = values.pop("total_steps", None)
-    epoch = values.pop("current_epoch", None)
-    total_epochs = values.pop("total_epochs", None)
     try:
         job = store._current(conn, job.id)
     except KeyError:
         raise StoreError(f"job {job.key} is not in the database") from None
-    step_int = int(step) if step is not None and math.isfinite(step) and step >= 0 else job.step
+    read = upstream_status(job, status, now)
     # each POST replaces the whole status upstream: every one is kept, none is a duplicate
     conn.execute(
         "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
         "SELECT %s, 'kubeflow', 0, COALESCE(MAX(seq), -1) + 1, %s::float8, %s::float8, %s::bigint "
         "FROM reports WHERE job_id = %s AND run_id = 'kubeflow' AND rank = 0",
-        (job.id, now, sent_at, step_int, job.id),
+        (job.id, now, read.sent_at, read.step, job.id),
     )
-    windows = [_one_value_window(name, value, step_int or 0) for name, value in values.items()]
-    if windows:
-        store._count_windows(conn, job.id, [w.name for w in windows])
-        columns = [(w.name, w.last_step, now, w.last, w.min, w.max, w.mean, 1, w.nonfinite) for w in windows]
+    if read.windows:
+        store._count_windows(conn, job.id, [w.name for w in read.windows])
+        columns = [(w.name, w.last_step, now, w.last, w.min, w.max, w.mean, 1, w.nonfinite) for w in read.windows]
         conn.execute(POINTS_SQL, (job.id, *(list(c) for c in zip(*columns))))
-    updates: dict[str, Any] = {
-        "updated_at": now,
-        "last_report_at": now,
-        "step": step_int,
-        "reported_progress": status.progress_percentage,
-        "reported_eta": status.estimated_remaining_seconds,
-        "last_metrics": {**job.last_metrics, **values},
-        "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
-        "source": "kubeflow",
-    }
-    if total is not None and math.isfinite(total) and total >= 1:
-        updates["total_steps"] = int(total)
-    if epoch is not None and math.isfinite(epoch):
-        updates["epoch"] = epoch
-    if total_epochs is not None and math.isfinite(total_epochs) and total_epochs > 0:
-        updates["total_epochs"] = total_epochs
+    updates = dict(read.updates)
     store._transition(conn, job, updates, "running", "", now, rank0=True)
     fresh = store._update(conn, job, updates)
-    sample = None if step_int is None else ProgressSample(now, step_int)
-    return IngestResult(job=fresh, duplicate=False, new_points=tuple(windows), sample=sample)
-
-
-def _one_value_window(name: str, value: float, step: int) -> MetricWindow:
-    finite = math.isfinite(value)
-    return MetricWindow(
-        name=name,
-        last=value,
-        min=value if finite else None,
-        max=value if finite else None,
-        mean=value if finite else None,
-        count=1,
-        nonfinite=0 if finite else 1,
-        first_step=step,
-        last_step=step,
-    )
+    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample)

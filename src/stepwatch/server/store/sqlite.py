@@ -14,14 +14,16 @@ the others appended since (:meth:`SQLiteStore._follow`), and forgets those jobs
 (:class:`.ReplicaCache`). A store opened with ``shared=True`` (a server worker) does so before every
 read it could answer from memory, as well as at each write; one that is the file's only server does so
 at each write, when the file changed under it.
+
+How a report is written is in :mod:`.sqlite_ingest`, the lock between processes in :mod:`.sqlite_lock`,
+and what both stores do with the same statements (commands, policies, events, tokens, the audit log)
+in :mod:`.sql_common`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
-import os
 import sqlite3
 import threading
 import uuid
@@ -31,20 +33,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...protocol import (
-    Command,
-    GpuReading,
-    MetricWindow,
-    Report,
-    TrainerStatus,
-    parse_rfc3339,
-)
+from ...protocol import Command, GpuReading, Report, TrainerStatus
 from . import rollups
-from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
+from .access import TOKEN_COLUMNS, ApiToken, AuditEntry, token_from_row
 from .base import (
     FINAL_STATES,
     ChangeListener,
-    Event,
     IngestResult,
     Job,
     JobFilter,
@@ -54,14 +48,16 @@ from .base import (
     RankState,
     SeriesColumns,
     SeriesPoint,
-    Store,
     StoreError,
     health_change_is_event,
 )
 from .replica_cache import ReplicaCache, changes_payload
 from .rollups import FANOUT
-from .rows import JOB_COLUMNS, column_value, job_from_row, load_float, store_float
+from .rows import JOB_COLUMNS, column_value, job_from_row, load_float
+from .sql_common import SqlStore
 from .sqlite_checkpoint import FALLBACK_PAGES, WalCheckpointer
+from .sqlite_ingest import write_report, write_status
+from .sqlite_lock import FileLock, WouldWait
 from .sqlite_schema import MIGRATIONS, PROGRESS_SQL, SCHEMA_VERSION, SORT_SQL
 
 __all__ = ["SQLiteStore"]
@@ -77,43 +73,7 @@ _CHANGES_LIMIT = 60_000
 """Largest write-log entry: a transaction that changed more jobs is logged as "everything changed"."""
 
 
-class _WouldWait(Exception):
-    """A write that was asked not to wait found the lock taken."""
-
-
-class _FileLock:
-    """An exclusive lock between processes (``flock`` on a file of its own); held at most for one write
-    transaction, which SQLite's busy timeout bounds."""
-
-    def __init__(self, path: str) -> None:
-        try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise StoreError(f"cannot open the writers' lock {path}: {exc.strerror or exc}") from None
-        self._held = False
-
-    def acquire(self, wait: bool) -> bool:
-        """Take the lock (``wait``: until it is free); whether it is held (it may be held already: taken
-        for the next write by :meth:`SQLiteStore.wait_writable`)."""
-        if self._held:
-            return True
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        self._held = True
-        return True
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-class SQLiteStore(Store):
+class SQLiteStore(SqlStore):
     """The embedded default store (see the module docstring)."""
 
     def __init__(self, path: str | Path, *, shared: bool = False) -> None:
@@ -131,7 +91,7 @@ class SQLiteStore(Store):
         self._cache = ReplicaCache(self.origin)
         self._cache.on_listening(True)
         self._follow_lock = threading.Lock()
-        self._writers_lock = _FileLock(f"{self.path}-writers.lock") if shared and self.path != ":memory:" else None
+        self._writers_lock = FileLock(f"{self.path}-writers.lock") if shared and self.path != ":memory:" else None
         """Between the processes of one server: a waiting writer sleeps in the kernel and wakes when the lock
         is free, where SQLite's own busy handler polls (sleeping 1, 2, 5, 10... ms between tries)."""
         self._tokens_changed = False
@@ -188,13 +148,13 @@ class SQLiteStore(Store):
 
     @contextmanager
     def _write(self, wait: bool = True) -> Iterator[sqlite3.Connection]:
-        """The writer's transaction; ``wait=False``: :class:`_WouldWait` rather than waiting for the lock
+        """The writer's transaction; ``wait=False``: :class:`WouldWait` rather than waiting for the lock
         of this store (another thread writes) or of the file (another process writes)."""
         if not self._write_lock.acquire(blocking=wait):
-            raise _WouldWait
+            raise WouldWait
         try:
             if self._writers_lock is not None and not self._writers_lock.acquire(wait):
-                raise _WouldWait
+                raise WouldWait
             conn = self._writer
             self._begin(conn, wait)
             epoch = self._cache.epoch
@@ -247,7 +207,7 @@ class SQLiteStore(Store):
             (version,) = conn.execute("PRAGMA data_version").fetchone()
         except sqlite3.OperationalError as exc:
             if not wait and not conn.in_transaction and "locked" in str(exc):
-                raise _WouldWait from None
+                raise WouldWait from None
             raise StoreError(f"the database cannot be written: {exc}") from None
         except sqlite3.Error as exc:
             raise StoreError(f"the database cannot be written: {exc}") from None
@@ -600,7 +560,7 @@ class SQLiteStore(Store):
         """``ingest_reports`` unless another thread or process holds the write lock (then ``None``)."""
         try:
             return self._ingest_batch(batch, wait=False)
-        except _WouldWait:
+        except WouldWait:
             return None
 
     def _ingest_batch(self, batch: Sequence[PendingReport], wait: bool) -> list[IngestResult | StoreError]:
@@ -610,7 +570,7 @@ class SQLiteStore(Store):
                 conn.execute("SAVEPOINT report")
                 before = self._remembered.get(item.job.id)
                 try:
-                    results.append(self._ingest(conn, item))
+                    results.append(write_report(self, conn, item))
                 except (sqlite3.Error, KeyError) as exc:
                     conn.execute("ROLLBACK TO report")
                     if before is None:
@@ -622,177 +582,10 @@ class SQLiteStore(Store):
                 conn.execute("RELEASE report")
         return results
 
-    def _ingest(self, conn: sqlite3.Connection, item: PendingReport) -> IngestResult:
-        job, _ = self._current(conn, item.job.id)
-        report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
-        previous = conn.execute(
-            "SELECT last_sent_at FROM ranks WHERE job_id = ? AND rank = ?", (job.id, identity.rank)
-        ).fetchone()
-        newest = previous is None or report.sent_at >= previous[0]
-        inserted = conn.execute(
-            "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, progress.step, newest),
-        ).rowcount
-        if not inserted:
-            return IngestResult(job=job, duplicate=True, commands=tuple(self._pending(conn, job.id)))
-        if newest:
-            conn.execute(
-                "INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid, "
-                "gpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, rank) DO UPDATE SET "
-                "run_id = excluded.run_id, last_sent_at = excluded.last_sent_at, "
-                "last_seen_at = excluded.last_seen_at, step = excluded.step, step_time = excluded.step_time, "
-                "host = excluded.host, pid = excluded.pid, gpus = excluded.gpus",
-                (
-                    job.id,
-                    identity.rank,
-                    report.run_id,
-                    report.sent_at,
-                    now,
-                    progress.step,
-                    progress.step_time,
-                    identity.host,
-                    identity.pid,
-                    json.dumps([g.to_dict() for g in report.gpus]),
-                ),
-            )
-        if report.metrics:
-            self._count_windows(conn, job.id, [w.name for w in report.metrics])
-            conn.executemany(
-                "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        job.id,
-                        w.name,
-                        w.last_step,
-                        now,
-                        store_float(w.last),
-                        w.min,
-                        w.max,
-                        w.mean,
-                        w.count,
-                        w.nonfinite,
-                    )
-                    for w in report.metrics
-                ],
-            )
-        if report.acks:
-            marks = ", ".join("?" for _ in report.acks)
-            acked = conn.execute(
-                f"UPDATE commands SET acked_at = ? WHERE job_id = ? AND acked_at IS NULL AND id IN ({marks}) "
-                "RETURNING id, kind",
-                (now, job.id, *report.acks),
-            ).fetchall()
-            for command_id, kind in acked:
-                self._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
-        updates: dict[str, Any] = {"updated_at": now, "last_report_at": now}
-        sample = None
-        if identity.rank == 0 and newest:
-            updates.update(
-                step=progress.step,
-                epoch=progress.epoch,
-                samples=progress.samples,
-                steps_per_second=progress.steps_per_second,
-                samples_per_second=progress.samples_per_second,
-                world_size=identity.world_size,
-            )
-            if progress.total_steps is not None:
-                updates["total_steps"] = progress.total_steps
-            if progress.total_epochs is not None:
-                updates["total_epochs"] = progress.total_epochs
-            if progress.eta_seconds is not None:
-                updates["reported_eta"] = progress.eta_seconds
-            if item.estimate is not None:
-                updates.update(eta_seconds=item.estimate[0], eta_rate=item.estimate[1], eta_at=now)
-            if progress.step is not None:
-                sample = ProgressSample(now, progress.step)
-        if report.params is not None:  # params only grow: a run's later ones add to those it started with
-            updates["params"] = {**job.params, **report.params}
-        if report.metrics and newest:  # a late report is history, not the latest values
-            updates["last_metrics"] = {**job.last_metrics, **{w.name: w.last for w in report.metrics}}
-        if report.metrics:
-            updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
-        self._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
-        fresh = self._update(conn, job, updates)
-        return IngestResult(
-            job=fresh,
-            duplicate=False,
-            commands=tuple(self._pending(conn, job.id)),
-            new_points=report.metrics,
-            sample=sample,
-        )
-
     def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
         """Store an upstream status: progress, ETA and every numeric metric as a one-value window."""
-        values: dict[str, float] = {}
-        for metric in status.metrics:
-            try:
-                values[metric.name] = float(metric.value)
-            except ValueError:
-                continue  # upstream allows any string; only numbers become history
-        sent_at = now
-        if status.last_updated_time is not None:
-            sent_at = parse_rfc3339(status.last_updated_time)
-        step = values.pop("current_step", None)
-        total = values.pop("total_steps", None)
-        epoch = values.pop("current_epoch", None)
-        total_epochs = values.pop("total_epochs", None)
         with self._write() as conn:
-            job, _ = self._current(conn, job.id)
-            step_int = int(step) if step is not None and math.isfinite(step) and step >= 0 else job.step
-            # each POST replaces the whole status upstream: every one is kept, none is a duplicate
-            conn.execute(
-                "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
-                "SELECT ?, 'kubeflow', 0, COALESCE(MAX(seq), -1) + 1, ?, ?, ? FROM reports "
-                "WHERE job_id = ? AND run_id = 'kubeflow' AND rank = 0",
-                (job.id, now, sent_at, step_int, job.id),
-            )
-            windows = []
-            for name, value in values.items():
-                finite = math.isfinite(value)
-                windows.append(
-                    MetricWindow(
-                        name=name,
-                        last=value,
-                        min=value if finite else None,
-                        max=value if finite else None,
-                        mean=value if finite else None,
-                        count=1,
-                        nonfinite=0 if finite else 1,
-                        first_step=step_int or 0,
-                        last_step=step_int or 0,
-                    )
-                )
-            self._count_windows(conn, job.id, [w.name for w in windows])
-            for w in windows:
-                conn.execute(
-                    "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job.id, w.name, w.last_step, now, store_float(w.last), w.min, w.max, w.mean, 1, w.nonfinite),
-                )
-            last = dict(job.last_metrics)
-            last.update(values)
-            updates: dict[str, Any] = {
-                "updated_at": now,
-                "last_report_at": now,
-                "step": step_int,
-                "reported_progress": status.progress_percentage,
-                "reported_eta": status.estimated_remaining_seconds,
-                "last_metrics": last,
-                "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
-                "source": "kubeflow",
-            }
-            if total is not None and math.isfinite(total) and total >= 1:
-                updates["total_steps"] = int(total)
-            if epoch is not None and math.isfinite(epoch):
-                updates["epoch"] = epoch
-            if total_epochs is not None and math.isfinite(total_epochs) and total_epochs > 0:
-                updates["total_epochs"] = total_epochs
-            self._transition(conn, job, updates, "running", "", now, rank0=True)
-            fresh = self._update(conn, job, updates)
-        sample = None if step_int is None else ProgressSample(now, step_int)
-        return IngestResult(job=fresh, duplicate=False, new_points=tuple(windows), sample=sample)
+            return write_status(self, conn, job, status, now)
 
     def _transition(
         self,
@@ -961,99 +754,11 @@ class SQLiteStore(Store):
 
     # ---------------------------------------------------------------------------------- commands
 
-    def add_command(self, job: Job, kind: str, reason: str, now: float, actor: str = "") -> Command:
-        """Queue a command; the reporter receives it with its next answer."""
-        command = Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason)  # type: ignore[arg-type]
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (?, ?, ?, ?, ?)",
-                (command.id, job.id, kind, reason, now),
-            )
-            self._command_event(conn, job.id, now, command, actor)
-            if actor:
-                self._audit(conn, AuditEntry(now, actor, kind, job.namespace, job.name, reason, {"id": command.id}))
-        return command
-
-    # ---------------------------------------------------------------------------------- policies
-
-    def set_policy(self, job_id: int, policy: dict[str, Any], now: float, message: str, actor: str = "") -> Job:
-        """Replace a job's own policy (an event ``policy``)."""
-        with self._write() as conn:
-            current = self._existing(conn, job_id)
-            self._event(
-                conn, job_id, now, "policy_set", message, {"policy": policy, **({"by": actor} if actor else {})}
-            )
-            if actor:
-                entry = AuditEntry(
-                    now, actor, "policy_set", current.namespace, current.name, message, {"policy": policy}
-                )
-                self._audit(conn, entry)
-            return self._update(conn, current, {"policy": policy})
-
-    def act(
-        self,
-        job_id: int,
-        trigger: str,
-        fired: dict[str, Any],
-        message: str,
-        commands: tuple[tuple[str, str], ...],
-        now: float,
-    ) -> tuple[Job, list[Command]]:
-        """Record a policy's action on a trigger with its commands, in one transaction."""
-        queued = [Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason) for kind, reason in commands]  # type: ignore[arg-type]
-        with self._write() as conn:
-            current = self._existing(conn, job_id)
-            self._event(conn, job_id, now, "policy", message, {"trigger": trigger, **fired})
-            for i, command in enumerate(queued):
-                conn.execute(
-                    "INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (?, ?, ?, ?, ?)",
-                    (command.id, job_id, command.kind, command.reason, now + i * 1e-6),  # kept in order
-                )
-                self._command_event(conn, job_id, now, command)
-            job = self._update(conn, current, {"policy_fired": {**current.policy_fired, trigger: fired}})
-        return job, queued
-
-    def rearm(self, job_id: int, triggers: tuple[str, ...], now: float) -> Job:
-        """Forget the policy's actions on these triggers."""
-        with self._write() as conn:
-            current = self._existing(conn, job_id)
-            kept = {k: v for k, v in current.policy_fired.items() if k not in triggers}
-            if len(kept) == len(current.policy_fired):
-                return current
-            return self._update(conn, current, {"policy_fired": kept})
-
-    def namespace_policies(self) -> dict[str, dict[str, Any]]:
-        """Every namespace's policy."""
-        rows = self._read("SELECT namespace, policy FROM namespace_policies ORDER BY namespace", ())
-        return {namespace: json.loads(policy) for namespace, policy in rows}
-
-    def set_namespace_policy(self, namespace: str, policy: dict[str, Any] | None, now: float, actor: str = "") -> None:
-        """Replace or remove a namespace's policy."""
-        with self._write() as conn:
-            if actor:
-                self._audit(conn, AuditEntry(now, actor, "namespace_policy_set", namespace, "", "", {"policy": policy}))
-            if policy is None:
-                conn.execute("DELETE FROM namespace_policies WHERE namespace = ?", (namespace,))
-            else:
-                conn.execute(
-                    "INSERT INTO namespace_policies (namespace, policy, updated_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT (namespace) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at",
-                    (namespace, json.dumps(policy), now),
-                )
-
     def _existing(self, conn: sqlite3.Connection, job_id: int) -> Job:
         try:
             return self._current(conn, job_id)[0]
         except KeyError:
             raise StoreError(f"job {job_id} is not in the database") from None
-
-    def _command_event(
-        self, conn: sqlite3.Connection, job_id: int, now: float, command: Command, actor: str = ""
-    ) -> None:
-        kind, reason = command.kind, command.reason
-        message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
-        data = {"id": command.id, "kind": kind, "reason": reason, **({"by": actor} if actor else {})}
-        self._event(conn, job_id, now, "command", message, data)
 
     def _pending(self, conn: sqlite3.Connection, job_id: int) -> list[Command]:
         rows = conn.execute(
@@ -1077,36 +782,7 @@ class SQLiteStore(Store):
             (job_id, now, kind, message, json.dumps(data)),
         )
 
-    def events(
-        self, *, job_id: int | None = None, namespace: str | None = None, after: int = 0, limit: int = 100
-    ) -> list[Event]:
-        """Events after an id, oldest first."""
-        clauses = ["events.id > ?"]
-        args: list[Any] = [after]
-        if job_id is not None:
-            clauses.append("events.job_id = ?")
-            args.append(job_id)
-        if namespace is not None:
-            clauses.append("jobs.namespace = ?")
-            args.append(namespace)
-        rows = self._read(
-            "SELECT events.id, events.job_id, jobs.namespace, jobs.name, events.t, events.kind, events.message, "
-            f"events.data FROM events JOIN jobs ON jobs.id = events.job_id WHERE {' AND '.join(clauses)} "
-            "ORDER BY events.id LIMIT ?",
-            (*args, limit),
-        )
-        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
-
     # ------------------------------------------------------------------------ access (tokens, audit)
-
-    def create_token(self, token: ApiToken, token_hash: str, entry: AuditEntry) -> None:
-        """Store a new API token (its hash) and the audit entry of its creation."""
-        with self._write() as conn:
-            conn.execute(
-                f"INSERT INTO api_tokens (token_hash, {TOKEN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (token_hash, *_token_row(token)),
-            )
-            self._audit(conn, entry)
 
     def cached_api_token(self, token_hash: str) -> ApiToken | None:
         """A found API token, from memory (with ``shared``, after a read of the write log)."""
@@ -1129,12 +805,6 @@ class SQLiteStore(Store):
         if generation == self._token_generation:
             self._api_tokens[token_hash] = token
         return token
-
-    def api_tokens(self) -> list[ApiToken]:
-        """Every API token, oldest first."""
-        return [
-            token_from_row(r) for r in self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at, id")
-        ]
 
     def revoke_token(self, token_id: str, now: float, entry: AuditEntry) -> ApiToken | None:
         """Revoke a token; it is refused from now on."""
@@ -1160,31 +830,3 @@ class SQLiteStore(Store):
         """Append an entry to the audit log."""
         with self._write() as conn:
             return self._audit(conn, entry)
-
-    def _audit(self, conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
-        cursor = conn.execute(
-            "INSERT INTO audit (t, actor, action, namespace, name, reason, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (entry.t, entry.actor, entry.action, entry.namespace, entry.name, entry.reason, json.dumps(entry.data)),
-        )
-        return replace(entry, id=int(cursor.lastrowid or 0))
-
-    def audit_log(
-        self,
-        *,
-        namespaces: tuple[str, ...] | None = None,
-        name: str | None = None,
-        include_global: bool = True,
-        after: int = 0,
-        limit: int = 100,
-    ) -> list[AuditEntry]:
-        """Audit entries after an id, oldest first."""
-        where, args = audit_where(namespaces, name, include_global, after)
-        rows = self._read(f"SELECT {AUDIT_COLUMNS} FROM audit WHERE {where} ORDER BY id LIMIT ?", (*args, limit))
-        return [audit_from_row(r) for r in rows]
-
-
-def _token_row(token: ApiToken) -> tuple[Any, ...]:
-    return (
-        token.id, token.name, token.role, json.dumps(list(token.namespaces)), token.created_at, token.created_by,
-        token.expires_at, token.revoked_at, token.revoked_by,
-    )  # fmt: skip

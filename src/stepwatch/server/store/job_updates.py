@@ -1,0 +1,126 @@
+"""What a stored report or upstream status changes in its job's row: the same rules for both stores.
+
+Each store writes the rows its own way (SQLite one statement at a time, PostgreSQL in pipelined
+batches); what follows from a report once it is stored (progress only from rank 0's newest report,
+parameters that only grow, the latest values only from the newest report, the count of non-finite
+values) and how an upstream Kubeflow status is read (numeric metrics become one-value windows,
+``current_step`` and its kin become progress) is decided here, once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...protocol import MetricWindow, TrainerStatus, parse_rfc3339
+from .base import Job, PendingReport, ProgressSample
+
+__all__ = ["UpstreamStatus", "report_updates", "upstream_status"]
+
+
+def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[str, Any], ProgressSample | None]:
+    """The job columns a new (not duplicate) native report changes, and the progress sample it adds.
+
+    ``newest``: the report is its rank's newest by the reporter's clock (a late one is history only).
+    """
+    report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
+    updates: dict[str, Any] = {"updated_at": now, "last_report_at": now}
+    sample = None
+    if identity.rank == 0 and newest:
+        updates.update(
+            step=progress.step,
+            epoch=progress.epoch,
+            samples=progress.samples,
+            steps_per_second=progress.steps_per_second,
+            samples_per_second=progress.samples_per_second,
+            world_size=identity.world_size,
+        )
+        if progress.total_steps is not None:
+            updates["total_steps"] = progress.total_steps
+        if progress.total_epochs is not None:
+            updates["total_epochs"] = progress.total_epochs
+        if progress.eta_seconds is not None:
+            updates["reported_eta"] = progress.eta_seconds
+        if item.estimate is not None:
+            updates.update(eta_seconds=item.estimate[0], eta_rate=item.estimate[1], eta_at=now)
+        if progress.step is not None:
+            sample = ProgressSample(now, progress.step)
+    if report.params is not None:  # params only grow: a run's later ones add to those it started with
+        updates["params"] = {**job.params, **report.params}
+    if report.metrics and newest:  # a late report is history, not the latest values
+        updates["last_metrics"] = {**job.last_metrics, **{w.name: w.last for w in report.metrics}}
+    if report.metrics:
+        updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
+    return updates, sample
+
+
+@dataclass(frozen=True)
+class UpstreamStatus:
+    """An upstream status as the store keeps it: a report row, one-value windows, the job's new columns."""
+
+    sent_at: float
+    """The reporter's ``lastUpdatedTime``, or the arrival time."""
+    step: int | None
+    """``current_step`` when it is a non-negative finite number, else the job's step so far."""
+    windows: tuple[MetricWindow, ...]
+    """Every other numeric metric, as a window of one value at ``step``."""
+    updates: dict[str, Any]
+    """The job columns the status changes (before the state transition)."""
+
+    @property
+    def sample(self) -> ProgressSample | None:
+        """The progress sample the status adds (at its arrival time), if it has a step."""
+        return None if self.step is None else ProgressSample(self.updates["updated_at"], self.step)
+
+
+def upstream_status(job: Job, status: TrainerStatus, now: float) -> UpstreamStatus:
+    """Read a Kubeflow ``trainerStatus`` for a job as it now stands: progress, ETA and numeric metrics.
+
+    Upstream metric values are any strings; only those that read as numbers become history.
+    """
+    values: dict[str, float] = {}
+    for metric in status.metrics:
+        try:
+            values[metric.name] = float(metric.value)
+        except ValueError:
+            continue
+    sent_at = now if status.last_updated_time is None else parse_rfc3339(status.last_updated_time)
+    step = values.pop("current_step", None)
+    total = values.pop("total_steps", None)
+    epoch = values.pop("current_epoch", None)
+    total_epochs = values.pop("total_epochs", None)
+    step_int = int(step) if step is not None and math.isfinite(step) and step >= 0 else job.step
+    windows = tuple(_one_value_window(name, value, step_int or 0) for name, value in values.items())
+    updates: dict[str, Any] = {
+        "updated_at": now,
+        "last_report_at": now,
+        "step": step_int,
+        "reported_progress": status.progress_percentage,
+        "reported_eta": status.estimated_remaining_seconds,
+        "last_metrics": {**job.last_metrics, **values},
+        "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
+        "source": "kubeflow",
+    }
+    if total is not None and math.isfinite(total) and total >= 1:
+        updates["total_steps"] = int(total)
+    if epoch is not None and math.isfinite(epoch):
+        updates["epoch"] = epoch
+    if total_epochs is not None and math.isfinite(total_epochs) and total_epochs > 0:
+        updates["total_epochs"] = total_epochs
+    return UpstreamStatus(sent_at, step_int, windows, updates)
+
+
+def _one_value_window(name: str, value: float, step: int) -> MetricWindow:
+    finite = math.isfinite(value)
+    return MetricWindow(
+        name=name,
+        last=value,
+        min=value if finite else None,
+        max=value if finite else None,
+        mean=value if finite else None,
+        count=1,
+        nonfinite=0 if finite else 1,
+        first_step=step,
+        last_step=step,
+    )

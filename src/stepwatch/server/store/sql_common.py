@@ -1,0 +1,218 @@
+"""What both SQL stores do with the same statements: commands, policies, events, API tokens and the audit log.
+
+:class:`SqlStore` sits between :class:`~.base.Store` and the two backends. Its methods are written
+once, with ``?`` placeholders (:meth:`SqlStore._sql` turns them into the driver's own); each backend
+supplies how a write transaction is opened (``_write``), how a read runs (``_read``), how a job row
+is read inside a transaction (``_existing``) and written back (``_update``), and how an event is
+appended (``_event``: PostgreSQL orders event ids across replicas with a lock). What differs between
+the backends beyond that (acknowledged commands, token caches and revocation, which other processes
+must hear of) stays in :mod:`.sqlite` and :mod:`.postgres`.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import uuid
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from ...protocol import Command
+from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
+from .base import Event, Job, Store
+
+__all__ = ["SqlStore"]
+
+
+class SqlStore(Store):
+    """The shared half of the SQLite and PostgreSQL stores (see the module docstring)."""
+
+    _PARAM: ClassVar[str] = "?"
+    """The driver's placeholder: ``?`` (sqlite3) or ``%s`` (psycopg)."""
+
+    def _sql(self, text: str) -> str:
+        """A statement written with ``?`` placeholders, in the driver's own."""
+        return text if self._PARAM == "?" else text.replace("?", self._PARAM)
+
+    # ------------------------------------------------------------------------- what a backend supplies
+
+    @abc.abstractmethod
+    def _write(self) -> AbstractContextManager[Any]:
+        """A write transaction; its connection."""
+
+    @abc.abstractmethod
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read statement."""
+
+    @abc.abstractmethod
+    def _existing(self, conn: Any, job_id: int) -> Job:
+        """A job as it stands in the open transaction (:class:`~.base.StoreError` when it is not there)."""
+
+    @abc.abstractmethod
+    def _update(self, conn: Any, job: Job, updates: dict[str, Any]) -> Job:
+        """Write a job's changed columns; the job as it now stands."""
+
+    @abc.abstractmethod
+    def _event(self, conn: Any, job_id: int, now: float, kind: str, message: str, data: dict[str, Any]) -> None:
+        """Append an event of a job in the open transaction."""
+
+    # ---------------------------------------------------------------------------------- commands
+
+    def add_command(self, job: Job, kind: str, reason: str, now: float, actor: str = "") -> Command:
+        """Queue a command; the reporter receives it with its next answer."""
+        command = Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason)  # type: ignore[arg-type]
+        with self._write() as conn:
+            self._insert_command(conn, job.id, command, now)
+            self._command_event(conn, job.id, now, command, actor)
+            if actor:
+                self._audit(conn, AuditEntry(now, actor, kind, job.namespace, job.name, reason, {"id": command.id}))
+        return command
+
+    def _insert_command(self, conn: Any, job_id: int, command: Command, created_at: float) -> None:
+        conn.execute(
+            self._sql("INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (?, ?, ?, ?, ?)"),
+            (command.id, job_id, command.kind, command.reason, created_at),
+        )
+
+    def _command_event(self, conn: Any, job_id: int, now: float, command: Command, actor: str = "") -> None:
+        kind, reason = command.kind, command.reason
+        message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
+        data = {"id": command.id, "kind": kind, "reason": reason, **({"by": actor} if actor else {})}
+        self._event(conn, job_id, now, "command", message, data)
+
+    # ---------------------------------------------------------------------------------- policies
+
+    def set_policy(self, job_id: int, policy: dict[str, Any], now: float, message: str, actor: str = "") -> Job:
+        """Replace a job's own policy (an event ``policy_set``)."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            self._event(
+                conn, job_id, now, "policy_set", message, {"policy": policy, **({"by": actor} if actor else {})}
+            )
+            if actor:
+                entry = AuditEntry(
+                    now, actor, "policy_set", current.namespace, current.name, message, {"policy": policy}
+                )
+                self._audit(conn, entry)
+            return self._update(conn, current, {"policy": policy})
+
+    def act(
+        self,
+        job_id: int,
+        trigger: str,
+        fired: dict[str, Any],
+        message: str,
+        commands: tuple[tuple[str, str], ...],
+        now: float,
+    ) -> tuple[Job, list[Command]]:
+        """Record a policy's action on a trigger with its commands, in one transaction."""
+        queued = [Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason) for kind, reason in commands]  # type: ignore[arg-type]
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            self._event(conn, job_id, now, "policy", message, {"trigger": trigger, **fired})
+            for i, command in enumerate(queued):
+                self._insert_command(conn, job_id, command, now + i * 1e-6)  # kept in order
+                self._command_event(conn, job_id, now, command)
+            job = self._update(conn, current, {"policy_fired": {**current.policy_fired, trigger: fired}})
+        return job, queued
+
+    def rearm(self, job_id: int, triggers: tuple[str, ...], now: float) -> Job:
+        """Forget the policy's actions on these triggers."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            kept = {k: v for k, v in current.policy_fired.items() if k not in triggers}
+            if len(kept) == len(current.policy_fired):
+                return current
+            return self._update(conn, current, {"policy_fired": kept})
+
+    def namespace_policies(self) -> dict[str, dict[str, Any]]:
+        """Every namespace's policy."""
+        rows = self._read("SELECT namespace, policy FROM namespace_policies ORDER BY namespace")
+        return {namespace: json.loads(policy) for namespace, policy in rows}
+
+    def set_namespace_policy(self, namespace: str, policy: dict[str, Any] | None, now: float, actor: str = "") -> None:
+        """Replace or remove a namespace's policy."""
+        with self._write() as conn:
+            if actor:
+                self._audit(conn, AuditEntry(now, actor, "namespace_policy_set", namespace, "", "", {"policy": policy}))
+            if policy is None:
+                conn.execute(self._sql("DELETE FROM namespace_policies WHERE namespace = ?"), (namespace,))
+            else:
+                conn.execute(
+                    self._sql(
+                        "INSERT INTO namespace_policies (namespace, policy, updated_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT (namespace) DO UPDATE SET policy = excluded.policy, "
+                        "updated_at = excluded.updated_at"
+                    ),
+                    (namespace, json.dumps(policy), now),
+                )
+
+    # ------------------------------------------------------------------------------------ events
+
+    def events(
+        self, *, job_id: int | None = None, namespace: str | None = None, after: int = 0, limit: int = 100
+    ) -> list[Event]:
+        """Events after an id, oldest first."""
+        clauses = ["events.id > ?"]
+        args: list[Any] = [after]
+        if job_id is not None:
+            clauses.append("events.job_id = ?")
+            args.append(job_id)
+        if namespace is not None:
+            clauses.append("jobs.namespace = ?")
+            args.append(namespace)
+        rows = self._read(
+            self._sql(
+                "SELECT events.id, events.job_id, jobs.namespace, jobs.name, events.t, events.kind, events.message, "
+                f"events.data FROM events JOIN jobs ON jobs.id = events.job_id WHERE {' AND '.join(clauses)} "
+                "ORDER BY events.id LIMIT ?"
+            ),
+            (*args, limit),
+        )
+        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
+
+    # ------------------------------------------------------------------------ access (tokens, audit)
+
+    def create_token(self, token: ApiToken, token_hash: str, entry: AuditEntry) -> None:
+        """Store a new API token (its hash) and the audit entry of its creation."""
+        row = (
+            token_hash, token.id, token.name, token.role, json.dumps(list(token.namespaces)), token.created_at,
+            token.created_by, token.expires_at, token.revoked_at, token.revoked_by,
+        )  # fmt: skip
+        marks = ", ".join("?" for _ in row)
+        with self._write() as conn:
+            conn.execute(self._sql(f"INSERT INTO api_tokens (token_hash, {TOKEN_COLUMNS}) VALUES ({marks})"), row)
+            self._audit(conn, entry)
+
+    def api_tokens(self) -> list[ApiToken]:
+        """Every API token, oldest first."""
+        return [
+            token_from_row(r) for r in self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at, id")
+        ]
+
+    def _audit(self, conn: Any, entry: AuditEntry) -> AuditEntry:
+        rows = conn.execute(
+            self._sql(
+                "INSERT INTO audit (t, actor, action, namespace, name, reason, data) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "RETURNING id"
+            ),
+            (entry.t, entry.actor, entry.action, entry.namespace, entry.name, entry.reason, json.dumps(entry.data)),
+        ).fetchall()  # all: SQLite finishes the statement only once its rows are read
+        return replace(entry, id=int(rows[0][0]) if rows else 0)
+
+    def audit_log(
+        self,
+        *,
+        namespaces: tuple[str, ...] | None = None,
+        name: str | None = None,
+        include_global: bool = True,
+        after: int = 0,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Audit entries after an id, oldest first."""
+        where, args = audit_where(namespaces, name, include_global, after)
+        rows = self._read(
+            self._sql(f"SELECT {AUDIT_COLUMNS} FROM audit WHERE {where} ORDER BY id LIMIT ?"), (*args, limit)
+        )
+        return [audit_from_row(r) for r in rows]
