@@ -102,6 +102,7 @@ def run(job: Job, params: HealthParams | None = None, signals: bool = True) -> O
     false_alarm: str | None = None
     flat_alarm: str | None = None
     verdicts = bad = 0
+    stopped = False
     next_eval = job.eval_every or None
     planned = job.total / RATE + (job.total // job.eval_every * job.eval_seconds if job.eval_every else 0)
     end = 1000.0 + planned + 1800
@@ -119,9 +120,15 @@ def run(job: Job, params: HealthParams | None = None, signals: bool = True) -> O
         if job.standstill_at is not None and new >= job.standstill_at:
             new = max(step, job.standstill_at)
         t += dt
-        stopped = job.reports_stop_at is not None and new >= job.reports_stop_at
-        if job.event_step is not None and event_t is None and new >= job.event_step:
-            event_t = t if not stopped else t - dt
+        # once the reports stop they stay stopped (the step is not advanced without them, so a
+        # smaller draw of the next increment must not bring it back under the stop)
+        stopped = stopped or (job.reports_stop_at is not None and new >= job.reports_stop_at)
+        # trouble in the values (a NaN, a blow-up, a plateau) starts at index event_step, which the
+        # report carries once it is past that step; a stall starts when the step reaches it
+        if job.event_step is not None and event_t is None:
+            carried = job.expect in ("diverging", "not_learning")
+            if new > job.event_step or (new == job.event_step and not carried):
+                event_t = t if not stopped else t - dt
         if not stopped:
             tracker.observe_progress(t, 0, new, job.total)
             if new > step:
