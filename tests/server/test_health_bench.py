@@ -1,10 +1,11 @@
 """Smoke test of ``benchmarks/health_detection.py --quick``: it runs, prints its tables, and meets
-the issue's targets with margins that a quick run (2 seeds of 50 min jobs) holds on any machine.
+the issue's targets with margins that a quick run (4 seeds of 50 min jobs) holds on any machine.
 
 The figures themselves are the benchmark's business (docs/health.md quotes the full run); here only
 what must hold: NaN within one report, stalls within their target, every plateau found with a median
-delay under 2x its target, no false stall and at most 2 of the 20 healthy jobs ever flagged
-``not_learning`` (the full run measures the 1 % target), the healthy families of schedules that
+delay under 2x its target (measured: at most 1.3x; with 2 seeds the flat losses' median was 1.99x), no
+false stall and at most 4 of the 40 healthy jobs ever flagged ``not_learning`` (the full run measures
+the 1 % target), the healthy families of schedules that
 flatten by design, and the analysis cost against a baseline measured in the same run (100 us is
 about 500 x appending the window to a list on the machines measured; never an absolute time).
 """
