@@ -144,6 +144,7 @@ def test_plateau_is_found_within_the_window_and_says_since_when() -> None:
     assert set(ev) >= {"metric", "window", "threshold", "observed", "since", "message"}
     assert ev["metric"] == "loss" and ev["threshold"] == 0.01 and ev["observed"] < 0.01
     assert "has not improved by 1%" in ev["message"] and "best" in ev["message"]
+    assert ev["message"].endswith("; no evaluation metric reported to confirm it")  # a loss alone: say so
     json.dumps(ev)
 
 

@@ -140,6 +140,8 @@ def test_both_flat_is_flagged_within_the_target_delay(
     assert found is not None, case
     assert found[0] - time_at(at) <= TARGET, (case, found[0] - time_at(at))
     assert first(job) == found  # and never before the plateau
+    verdict = next(v for _, _, v in job.verdicts if v.state == "not_learning")
+    assert verdict.evidence["eval_metric"] == "eval_loss" and "no evaluation metric" not in verdict.evidence["message"]
 
 
 def test_a_flagged_plateau_whose_eval_improves_again_is_healthy_and_says_why() -> None:

@@ -622,6 +622,8 @@ class HealthTracker:
         )
         if self._best is not None:
             message += f" (best {_num(self._best)} at step {self._best_step:,})"
+        if self.eval_metric is None:  # without one, about twice as many healthy runs are flagged (docs/health.md)
+            message += "; no evaluation metric reported to confirm it"
         ev = self._evidence(
             m,
             {"seconds": round(test.window, 1), "steps": test.steps},
