@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stepwatch.protocol import Report
+from stepwatch.protocol import Report, TrainerStatus
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import IngestResult, JobFilter, PendingReport, SQLiteStore, Store, StoreError
 from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION
@@ -611,6 +611,19 @@ def test_a_failing_report_in_a_batch_fails_alone(store: Store, report: Callable[
     assert isinstance(ok, IngestResult) and isinstance(missing, StoreError) and "ns/ghost" in str(missing)
     assert isinstance(ok_again, IngestResult) and ok_again.job.step == 2
     assert [p.step for p in store.series(job.id, "loss")] == [1, 2]
+
+
+def test_an_upstream_status_of_a_job_not_in_the_database_is_a_store_error(store: Store) -> None:
+    """Deleted (retention, ``stepwatch db``) between the route's lookup and the write: a StoreError
+    (a 503 for the route) on both stores, never a KeyError (a 500); nothing is written."""
+    job = store.register("ns", "a", token_hash="h", now=10.0)
+    ghost = dataclasses.replace(job, id=10_000, name="ghost")
+    status = TrainerStatus.from_body(
+        {"trainerStatus": {"progressPercentage": 5, "metrics": [{"name": "loss", "value": "1.5"}]}}
+    )
+    with pytest.raises(StoreError, match="ns/ghost is not in the database"):
+        store.ingest_status(ghost, status, 20.0)
+    assert store.series(10_000, "loss") == [] and store.job("ns", "a") == job
 
 
 def test_the_job_cache_follows_writes_and_another_process(
