@@ -18,9 +18,11 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ...protocol import Command
+from ...protocol import Command, GpuReading
 from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
-from .base import Event, Job, Store
+from .base import FINAL_STATES, Event, Job, JobFilter, JobState, RankState, Store, StoreError, health_change_is_event
+from .replica_cache import ReplicaCache
+from .rows import column_value
 
 __all__ = ["SqlStore"]
 
@@ -30,6 +32,8 @@ class SqlStore(Store):
 
     _PARAM: ClassVar[str] = "?"
     """The driver's placeholder: ``?`` (sqlite3) or ``%s`` (psycopg)."""
+    _cache: ReplicaCache
+    """Jobs and token hashes as last read or written, forgotten when another process changes them."""
 
     def _sql(self, text: str) -> str:
         """A statement written with ``?`` placeholders, in the driver's own."""
@@ -46,16 +50,118 @@ class SqlStore(Store):
         """The rows of one read statement."""
 
     @abc.abstractmethod
-    def _existing(self, conn: Any, job_id: int) -> Job:
-        """A job as it stands in the open transaction (:class:`~.base.StoreError` when it is not there)."""
+    def _job_in(self, conn: Any, job_id: int) -> Job:
+        """A job as it stands in the open write transaction (``KeyError`` when it is not in the database)."""
 
     @abc.abstractmethod
-    def _update(self, conn: Any, job: Job, updates: dict[str, Any]) -> Job:
-        """Write a job's changed columns; the job as it now stands."""
+    def _remember(self, job: Job) -> None:
+        """Keep a job written by the open transaction, for the cache once it commits."""
+
+    @abc.abstractmethod
+    def _where(self, where: JobFilter) -> tuple[str, list[Any]]:
+        """A filter as ``" WHERE ..."`` (or nothing) and its arguments, in the driver's placeholders."""
 
     @abc.abstractmethod
     def _event(self, conn: Any, job_id: int, now: float, kind: str, message: str, data: dict[str, Any]) -> None:
         """Append an event of a job in the open transaction."""
+
+    # -------------------------------------------------------------------------------------- jobs
+
+    def _existing(self, conn: Any, job_id: int) -> Job:
+        try:
+            return self._job_in(conn, job_id)
+        except KeyError:
+            raise StoreError(f"job {job_id} is not in the database") from None
+
+    def _update(self, conn: Any, job: Job, updates: dict[str, Any]) -> Job:
+        """Write a job's changed columns (Python values), and remember the job as it now stands."""
+        columns = ", ".join(f"{k} = ?" for k in updates)
+        values = [column_value(k, v) for k, v in updates.items()]
+        conn.execute(self._sql(f"UPDATE jobs SET {columns} WHERE id = ?"), (*values, job.id))
+        fresh = replace(job, **updates)
+        self._remember(fresh)
+        return fresh
+
+    def _transition(
+        self, conn: Any, job: Job, updates: dict[str, Any], state: str, reason: str, now: float, rank0: bool
+    ) -> None:
+        """The state a report moves its job to (into ``updates``), with its event: a final state from rank
+        0, ``running`` from the first report; a job that has ended stays as it ended."""
+        if job.state in FINAL_STATES:
+            return
+        if state in FINAL_STATES and rank0:
+            updates.update(state=state, finished_at=now, reason=reason)
+            self._event(conn, job.id, now, state, reason or f"the job reported {state}", {})
+        elif job.state == "pending":
+            updates.update(state="running", started_at=now)
+            self._event(conn, job.id, now, "running", "first report received", {})
+
+    def set_state(self, job: Job, state: JobState, now: float, reason: str = "", exit_code: int | None = None) -> Job:
+        """Record a final state (the runner knows how the process ended), or running."""
+        with self._write() as conn:
+            try:
+                current = self._job_in(conn, job.id)
+            except KeyError:
+                raise StoreError(f"job {job.key} is not in the database") from None
+            updates: dict[str, Any] = {"updated_at": now, "exit_code": exit_code}
+            if state in FINAL_STATES:
+                if current.state not in FINAL_STATES or exit_code not in (None, 0):
+                    updates.update(state=state, finished_at=now, reason=reason)
+                    self._event(conn, job.id, now, state, reason or state, {"exit_code": exit_code})
+            elif current.state == "pending":
+                updates.update(state=state, started_at=now)
+                self._event(conn, job.id, now, state, reason or "started", {})
+            return self._update(conn, current, updates)
+
+    def set_health(self, job_id: int, health: str, since: float | None, evidence: dict[str, Any], now: float) -> Job:
+        """Record a job's health; a change is an event ``health`` with the evidence."""
+        with self._write() as conn:
+            current = self._existing(conn, job_id)
+            if health_change_is_event(current.health, health):
+                message = str(evidence.get("message") or f"health is now {health}")
+                self._event(conn, job_id, now, "health", message, {"health": health, "evidence": evidence})
+            return self._update(conn, current, {"health": health, "health_since": since, "health_evidence": evidence})
+
+    def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
+        """Keep the latest ETA of a job with the job, so that lists need no history."""
+        with self._write() as conn:
+            try:
+                current = self._job_in(conn, job_id)
+            except KeyError:
+                return
+            self._update(conn, current, {"eta_seconds": eta_seconds, "eta_rate": rate, "eta_at": now})
+
+    def token_hash(self, job_id: int) -> str:
+        """The stored hash of a job's write token."""
+        cached = self._cache.token_hash(job_id)
+        if cached is not None:
+            return cached
+        rows = self._read(self._sql("SELECT token_hash FROM jobs WHERE id = ?"), (job_id,))
+        if not rows:
+            return ""
+        self._cache.offer_token_hash(job_id, str(rows[0][0]))
+        return str(rows[0][0])
+
+    def count_jobs(self, where: JobFilter) -> int:
+        """How many jobs match a filter."""
+        sql, args = self._where(where)
+        return int(self._read(f"SELECT COUNT(*) FROM jobs{sql}", tuple(args))[0][0])
+
+    def ranks(self, job_id: int) -> list[RankState]:
+        """The newest report of every rank of a job, by rank."""
+        rows = self._read(
+            self._sql(
+                "SELECT rank, run_id, last_seen_at, step, step_time, host, pid, gpus FROM ranks WHERE job_id = ? "
+                "ORDER BY rank"
+            ),
+            (job_id,),
+        )
+        return [
+            RankState(
+                rank, run_id, seen, step, step_time, host, pid, tuple(GpuReading.from_dict(g) for g in json.loads(gpus))
+            )
+            for rank, run_id, seen, step, step_time, host, pid, gpus in rows
+        ]
 
     # ---------------------------------------------------------------------------------- commands
 

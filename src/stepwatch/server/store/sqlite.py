@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...protocol import Command, GpuReading, Report, TrainerStatus
+from ...protocol import Command, Report, TrainerStatus
 from . import rollups
 from .access import TOKEN_COLUMNS, ApiToken, AuditEntry, token_from_row
 from .base import (
@@ -42,18 +42,15 @@ from .base import (
     IngestResult,
     Job,
     JobFilter,
-    JobState,
     PendingReport,
     ProgressSample,
-    RankState,
     SeriesColumns,
     SeriesPoint,
     StoreError,
-    health_change_is_event,
 )
 from .replica_cache import ReplicaCache, changes_payload
 from .rollups import FANOUT
-from .rows import JOB_COLUMNS, column_value, job_from_row, load_float
+from .rows import JOB_COLUMNS, job_from_row, load_float
 from .sql_common import SqlStore
 from .sqlite_checkpoint import FALLBACK_PAGES, WalCheckpointer
 from .sqlite_ingest import write_report, write_status
@@ -314,6 +311,10 @@ class SQLiteStore(SqlStore):
         self._remember(job, token_hash)
         return job, token_hash
 
+    def _job_in(self, conn: sqlite3.Connection, job_id: int) -> Job:
+        """A job as it stands in the open write transaction (``KeyError`` when it is not in the database)."""
+        return self._current(conn, job_id)[0]
+
     def _token_of(self, conn: sqlite3.Connection, job_id: int) -> str:
         cached = self._cache.token_hash(job_id)
         if cached is not None:
@@ -464,17 +465,6 @@ class SQLiteStore(SqlStore):
         self._cache.offer(job, epoch)
         return job
 
-    def token_hash(self, job_id: int) -> str:
-        """The stored hash of a job's write token."""
-        cached = self._cache.token_hash(job_id)
-        if cached is not None:
-            return cached
-        rows = self._read("SELECT token_hash FROM jobs WHERE id = ?", (job_id,))
-        if not rows:
-            return ""
-        self._cache.offer_token_hash(job_id, str(rows[0][0]))
-        return str(rows[0][0])
-
     def _where(self, where: JobFilter) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         args: list[Any] = []
@@ -532,11 +522,6 @@ class SQLiteStore(SqlStore):
                 found[job.id] = job
         return [found[i] for i in ids if i in found]
 
-    def count_jobs(self, where: JobFilter) -> int:
-        """How many jobs match a filter."""
-        sql, args = self._where(where)
-        return int(self._read(f"SELECT COUNT(*) FROM jobs{sql}", tuple(args))[0][0])
-
     # ------------------------------------------------------------------------------------ ingest
 
     def ingest_report(
@@ -586,69 +571,6 @@ class SQLiteStore(SqlStore):
         """Store an upstream status: progress, ETA and every numeric metric as a one-value window."""
         with self._write() as conn:
             return write_status(self, conn, job, status, now)
-
-    def _transition(
-        self,
-        conn: sqlite3.Connection,
-        job: Job,
-        updates: dict[str, Any],
-        state: str,
-        reason: str,
-        now: float,
-        rank0: bool,
-    ) -> None:
-        if job.state in FINAL_STATES:
-            return
-        if state in FINAL_STATES and rank0:
-            updates.update(state=state, finished_at=now, reason=reason)
-            self._event(conn, job.id, now, state, reason or f"the job reported {state}", {})
-        elif job.state == "pending":
-            updates.update(state="running", started_at=now)
-            self._event(conn, job.id, now, "running", "first report received", {})
-
-    def set_state(self, job: Job, state: JobState, now: float, reason: str = "", exit_code: int | None = None) -> Job:
-        """Record a final state (the runner knows how the process ended), or running."""
-        with self._write() as conn:
-            try:
-                current, _ = self._current(conn, job.id)
-            except KeyError:
-                raise StoreError(f"job {job.key} is not in the database") from None
-            updates: dict[str, Any] = {"updated_at": now, "exit_code": exit_code}
-            if state in FINAL_STATES:
-                if current.state not in FINAL_STATES or exit_code not in (None, 0):
-                    updates.update(state=state, finished_at=now, reason=reason)
-                    self._event(conn, job.id, now, state, reason or state, {"exit_code": exit_code})
-            elif current.state == "pending":
-                updates.update(state=state, started_at=now)
-                self._event(conn, job.id, now, state, reason or "started", {})
-            return self._update(conn, current, updates)
-
-    def set_health(self, job_id: int, health: str, since: float | None, evidence: dict[str, Any], now: float) -> Job:
-        """Record a job's health; a change is an event ``health`` with the evidence."""
-        with self._write() as conn:
-            current = self._existing(conn, job_id)
-            if health_change_is_event(current.health, health):
-                message = str(evidence.get("message") or f"health is now {health}")
-                self._event(conn, job_id, now, "health", message, {"health": health, "evidence": evidence})
-            return self._update(conn, current, {"health": health, "health_since": since, "health_evidence": evidence})
-
-    def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
-        """Keep the latest ETA of a job with the job, so that lists need no history."""
-        with self._write() as conn:
-            try:
-                current, _ = self._current(conn, job_id)
-            except KeyError:
-                return
-            self._update(conn, current, {"eta_seconds": eta_seconds, "eta_rate": rate, "eta_at": now})
-
-    def _update(self, conn: sqlite3.Connection, job: Job, updates: dict[str, Any]) -> Job:
-        """Write a job's changed columns (Python values), and remember the job as it now stands."""
-        columns = ", ".join(f"{k} = ?" for k in updates)
-        values = [column_value(k, v) for k, v in updates.items()]
-        conn.execute(f"UPDATE jobs SET {columns} WHERE id = ?", (*values, job.id))
-        fresh = replace(job, **updates)
-        self._remember(fresh)
-        return fresh
 
     # ----------------------------------------------------------------------------------- history
 
@@ -738,27 +660,7 @@ class SQLiteStore(SqlStore):
         )
         return [ProgressSample(r[0], r[1]) for r in rows]
 
-    def ranks(self, job_id: int) -> list[RankState]:
-        """The newest report of every rank of a job, by rank."""
-        rows = self._read(
-            "SELECT rank, run_id, last_seen_at, step, step_time, host, pid, gpus FROM ranks WHERE job_id = ? "
-            "ORDER BY rank",
-            (job_id,),
-        )
-        return [
-            RankState(
-                rank, run_id, seen, step, step_time, host, pid, tuple(GpuReading.from_dict(g) for g in json.loads(gpus))
-            )
-            for rank, run_id, seen, step, step_time, host, pid, gpus in rows
-        ]
-
     # ---------------------------------------------------------------------------------- commands
-
-    def _existing(self, conn: sqlite3.Connection, job_id: int) -> Job:
-        try:
-            return self._current(conn, job_id)[0]
-        except KeyError:
-            raise StoreError(f"job {job_id} is not in the database") from None
 
     def _pending(self, conn: sqlite3.Connection, job_id: int) -> list[Command]:
         rows = conn.execute(
