@@ -26,15 +26,16 @@ import pytest
 
 # Without the client and server extras there is nothing to test here (CI keeps a run with no extras).
 pytest.importorskip("httpx")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
-import stepwatch  # noqa: E402
-from stepwatch.cli import _format, build_parser, main  # noqa: E402
-from stepwatch.cli import jobs as jobs_cli  # noqa: E402
-from stepwatch.cli import watch as watch_cli  # noqa: E402
-from stepwatch.client import Client  # noqa: E402
-from stepwatch.server import ServerSettings, create_app  # noqa: E402
+import stepwatch
+from stepwatch.cli import _format, build_parser, main
+from stepwatch.cli import jobs as jobs_cli
+from stepwatch.cli import watch as watch_cli
+from stepwatch.client import Client
+from stepwatch.server import ServerSettings, create_app
+from stepwatch.testing.server import ServerThread
 
 T = TypeVar("T")
 DURATION = re.compile(r"^(\d+s|\d+m\d\ds|\d+h\d\dm|\d+d\d\dh)$")
@@ -52,21 +53,9 @@ def _free_port() -> int:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real stepwatch server on 127.0.0.1, for the whole module."""
     db = tmp_path_factory.mktemp("cli-jobs") / "stepwatch.db"
-    config = uvicorn.Config(
-        create_app(ServerSettings(db=str(db))),
-        host="127.0.0.1",
-        port=_free_port(),
-        log_config=None,  # logging is pytest's: dictConfig would close handlers holding its capture files
-        log_level="critical",
-        timeout_graceful_shutdown=1,  # live streams left open by the commands under test are cut here
-    )
-    httpd = uvicorn.Server(config)
-    thread = threading.Thread(target=httpd.run, name="uvicorn", daemon=True)
-    thread.start()
-    _wait_for(lambda: httpd.started, timeout=10)
-    yield f"http://127.0.0.1:{config.port}"
-    httpd.should_exit = True
-    thread.join(10)
+    # streams left open by the commands under test are cut after 1 s; their cut is no news: log_level critical
+    with ServerThread(create_app(ServerSettings(db=str(db))), log_level="critical") as httpd:
+        yield httpd.url
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,13 +25,14 @@ from typing import Any, TypeVar
 import pytest
 
 pytest.importorskip("httpx")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
-import stepwatch  # noqa: E402
-from stepwatch.cli import kubectl  # noqa: E402
-from stepwatch.client import Client  # noqa: E402
-from stepwatch.server import ServerSettings, create_app  # noqa: E402
+import stepwatch
+from stepwatch.cli import kubectl
+from stepwatch.client import Client
+from stepwatch.server import ServerSettings, create_app
+from stepwatch.testing.server import ServerThread
 
 T = TypeVar("T")
 PLUGIN = Path(sys.executable).parent / "kubectl-stepwatch"
@@ -54,21 +54,9 @@ def _free_port() -> int:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real stepwatch server on 127.0.0.1, for the whole module."""
     db = tmp_path_factory.mktemp("kubectl") / "stepwatch.db"
-    config = uvicorn.Config(
-        create_app(ServerSettings(db=str(db))),
-        host="127.0.0.1",
-        port=_free_port(),
-        log_config=None,  # logging is pytest's: dictConfig would close handlers holding its capture files
-        log_level="critical",
-        timeout_graceful_shutdown=1,
-    )
-    httpd = uvicorn.Server(config)
-    thread = threading.Thread(target=httpd.run, name="uvicorn", daemon=True)
-    thread.start()
-    _wait_for(lambda: httpd.started, timeout=10)
-    yield f"http://127.0.0.1:{config.port}"
-    httpd.should_exit = True
-    thread.join(10)
+    # streams left open by the commands under test are cut after 1 s; their cut is no news: log_level critical
+    with ServerThread(create_app(ServerSettings(db=str(db))), log_level="critical") as httpd:
+        yield httpd.url
 
 
 @pytest.fixture

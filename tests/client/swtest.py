@@ -17,11 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
-import uvicorn
-
 import stepwatch
 from stepwatch.client import Client
-from stepwatch.server import ServerSettings, create_app
+from stepwatch.testing.server import LocalServer
 
 T = TypeVar("T")
 
@@ -45,38 +43,12 @@ def free_port() -> int:
         return port
 
 
-class Server:
-    """A real stepwatch server in a thread; can be stopped and started again on the same port and database."""
+class Server(LocalServer):
+    """A real stepwatch server in a thread; can be stopped and started again on the same port and database.
+    Logs only what is critical: the streams a test leaves open are cut at the stop, which is no news."""
 
-    def __init__(self, db: Path, port: int | None = None, **settings: Any) -> None:
-        self.db = db
-        self.settings = settings
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._httpd: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Server:
-        config = uvicorn.Config(
-            create_app(ServerSettings(db=str(self.db), **self.settings)),
-            host="127.0.0.1",
-            port=self.port,
-            log_config=None,  # logging is pytest's: dictConfig would close handlers holding its capture files
-            log_level="critical",
-            timeout_graceful_shutdown=1,
-        )
-        self._httpd = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._httpd.run, name="uvicorn", daemon=True)
-        self._thread.start()
-        wait_for(lambda: self._httpd.started or not self._thread.is_alive(), timeout=15)
-        assert self._httpd.started, "uvicorn did not start"
-        return self
-
-    def stop(self) -> None:
-        self._httpd.should_exit = True
-        assert self._thread is not None
-        self._thread.join(15)
-        assert not self._thread.is_alive(), "uvicorn did not stop"
+    def __init__(self, db: Path, **settings: Any) -> None:
+        super().__init__(db, log_level="critical", **settings)
 
 
 def start_job(url: str, ns: str, name: str, *, interval: float = 0.05, **fields: Any) -> stepwatch.Run:

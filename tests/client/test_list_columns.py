@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import math
 import pickle
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from swtest import Scripted, free_port, wait_for
+from swtest import Scripted
 
 from stepwatch.client import Client, InvalidResponse, Job, JobList
 from stepwatch.protocol import Identity, MetricWindow, Progress, Report
 from stepwatch.server import create_app
 from stepwatch.server.store import PendingReport, SQLiteStore
+from stepwatch.testing.server import ServerThread
 
 T0 = 1_800_000_000.0
 
@@ -106,17 +105,8 @@ def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Cloc
     from stepwatch.server.settings import ServerSettings
 
     clock = Clock(T0)
-    port = free_port()
-    config = uvicorn.Config(create_app(ServerSettings(db=str(db)), clock=clock), host="127.0.0.1", port=port,
-                            log_config=None, log_level="critical", timeout_graceful_shutdown=1)  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), timeout=15)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}", clock
-    server.should_exit = True
-    thread.join(15)
+    with ServerThread(create_app(ServerSettings(db=str(db)), clock=clock), log_level="critical") as server:
+        yield server.url, clock
 
 
 def _items(url: str, **params: Any) -> tuple[list[Job], int]:

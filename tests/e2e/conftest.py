@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,11 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from stepwatch.protocol import Identity, MetricWindow, Progress, Report
-from stepwatch.server import create_app
-from stepwatch.server.settings import ServerSettings
+from stepwatch.testing.server import LocalServer
 
 ARTIFACTS = Path(os.environ.get("STEPWATCH_TEST_ARTIFACTS") or Path(__file__).parent / "artifacts")
 
@@ -91,46 +87,12 @@ def shot(page: Any, request: pytest.FixtureRequest) -> Any:
     return take
 
 
-class Server:
-    """A real stepwatch server (uvicorn in a thread) on a SQLite file; it can be stopped and started again."""
+class Server(LocalServer):
+    """A real stepwatch server (uvicorn in a thread) on a SQLite file; it can be stopped and started again.
+    Its health sweep runs every second; open event streams are cut at the stop (the dashboard's never ends)."""
 
     def __init__(self, db: Path, **settings: Any) -> None:
-        self.db = db
-        self.settings = settings
-        self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._sock: socket.socket | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        self.port = sock.getsockname()[1]
-        app = create_app(ServerSettings(db=str(self.db), health_sweep_s=1.0, **self.settings))
-        server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", timeout_graceful_shutdown=1))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.005)
-        self._server, self._thread, self._sock = server, thread, sock
-
-    def stop(self) -> None:
-        if self._server is None or self._thread is None or self._sock is None:
-            return
-        self._server.should_exit = True
-        self._server.force_exit = True  # the dashboard's event stream never ends by itself
-        self._thread.join(10)
-        self._sock.close()
-        assert not self._thread.is_alive(), "uvicorn did not stop"
-        self._server = self._thread = self._sock = None
+        super().__init__(db, force_exit=True, **{"health_sweep_s": 1.0, **settings})
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +27,7 @@ from stepwatch.cli.server import tls_files
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.runners.kubernetes.objects import ANNOTATION
 from stepwatch.server.store import SQLiteStore
+from stepwatch.testing.server import ServerThread
 
 
 @pytest.fixture(scope="session")
@@ -48,22 +48,9 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @contextmanager
 def serving_tls(app: Any, cert: Path, key: Path) -> Iterator[str]:
     """The app on a real uvicorn with TLS, as ``stepwatch server --tls-certfile --tls-keyfile`` runs it."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app, log_config=None, log_level="warning", timeout_graceful_shutdown=1, **tls_files(str(cert), str(key))
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), 10, "uvicorn")
-    assert server.started
-    try:
-        yield f"https://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    files = tls_files(str(cert), str(key))  # checked as the CLI checks them
+    with ServerThread(app, ssl_certfile=files["ssl_certfile"], ssl_keyfile=files["ssl_keyfile"]) as server:
+        yield server.url
 
 
 @pytest.fixture

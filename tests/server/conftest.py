@@ -17,9 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import socket
-import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -28,12 +25,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 
 from stepwatch.protocol import Identity, MetricWindow, Progress, Report
 from stepwatch.server import create_app
 from stepwatch.server.store import SQLiteStore, Store
+from stepwatch.testing.server import ServerThread
 
 with warnings.catch_warnings():
     # Starlette 1.x deprecates its httpx-based TestClient in favour of httpx2, which is not installed here;
@@ -388,34 +385,9 @@ def make_report() -> Callable[..., dict[str, Any]]:
 @contextmanager
 def _serving(app: Starlette, send_buffer: int | None = None) -> Iterator[str]:
     """Serve ``app`` with a real uvicorn on 127.0.0.1 (a free port) in a thread; yield the base URL.
-
-    ``send_buffer`` caps the kernel send buffer of every connection (accepted sockets inherit it from the
-    listening one), so that a client that does not read blocks the server's writes early.
-    """
-    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (else Nagle's
-    # algorithm and delayed ACKs add ~40 ms to every response)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    if send_buffer is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, log_level="warning", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.005)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-        assert not thread.is_alive(), "uvicorn did not stop"
+    ``send_buffer`` caps the kernel send buffer of every connection (see :class:`ServerThread`)."""
+    with ServerThread(app, send_buffer=send_buffer) as server:
+        yield server.url
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ be told to misbehave: go down and come back, answer 403/429/500, hang, and hand 
 
 :class:`MemoryTransport` answers the sender in memory, for unit tests that need no socket.
 :class:`WebhookReceiver` records the server's notifications (signed webhooks) for tests of policies.
+:mod:`stepwatch.testing.server` (with the server extra; not imported here) runs a real stepwatch server
+in a thread: :class:`~stepwatch.testing.server.LocalServer`, :class:`~stepwatch.testing.server.ServerThread`.
 """
 
 from ._memory import MemoryTransport
