@@ -27,12 +27,10 @@ import argparse
 import math
 import os
 import shutil
-import socket
 import sqlite3
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,27 +91,6 @@ def _series(job_id: int, n: int, t0: float) -> Iterator[tuple[Any, ...]]:
             if metric == "loss" and k % (n // 3) == n // 6:
                 last, nonfinite = "NaN", 1
             yield (job_id, metric, (k + 1) * 10, t0 + k * 0.5, last, v - 0.01, v + 0.01, v, 10, nonfinite)
-
-
-class Serving:
-    def __init__(self, db: Path) -> None:
-        import uvicorn
-
-        from stepwatch.server import create_app
-        from stepwatch.server.settings import ServerSettings
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(ServerSettings(db=str(db))), log_level="error"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = self.server.force_exit = True
-        self.thread.join(10)
 
 
 WAIT = """async ([condition, timeout]) => {
@@ -264,11 +241,10 @@ def main() -> int:
             f"database: {args.jobs:,} jobs, one with {len(METRICS)} x {args.points:,} windows, built in "
             f"{built['build_s']:.1f} s"
         )
-        serving = Serving(db)
-        try:
+        from stepwatch.testing.server import LocalServer
+
+        with LocalServer(db, log_level="error", force_exit=True) as serving:
             out = measure(serving.url, args.jobs, args.repeat)
-        finally:
-            serving.stop()
     med = {k: statistics.median(v) for k, v in out.items() if v}
     size = own_bytes()
     charts = f"side panel, 5 charts over {args.points:,}-point histories"
