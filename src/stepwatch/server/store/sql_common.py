@@ -1,12 +1,14 @@
-"""What both SQL stores do with the same statements: commands, policies, events, API tokens and the audit log.
+"""What both SQL stores do with the same statements: a job's row written (state, health, ETA, a report's
+state transition), ranks, commands, policies, events, API tokens and the audit log.
 
 :class:`SqlStore` sits between :class:`~.base.Store` and the two backends. Its methods are written
 once, with ``?`` placeholders (:meth:`SqlStore._sql` turns them into the driver's own); each backend
-supplies how a write transaction is opened (``_write``), how a read runs (``_read``), how a job row
-is read inside a transaction (``_existing``) and written back (``_update``), and how an event is
-appended (``_event``: PostgreSQL orders event ids across replicas with a lock). What differs between
-the backends beyond that (acknowledged commands, token caches and revocation, which other processes
-must hear of) stays in :mod:`.sqlite` and :mod:`.postgres`.
+supplies how a write transaction is opened (``_write``), how a read runs (``_read``), how a job is
+read inside a transaction (``_job_in``: PostgreSQL locks its row) and kept for the cache
+(``_remember``), how a job filter reads (``_where``), and how an event is appended (``_event``:
+PostgreSQL orders event ids across replicas with a lock). What differs between the backends beyond
+that (registration, job reads and lists, history, acknowledged commands, token caches and revocation,
+which other processes must hear of) stays in :mod:`.sqlite` and :mod:`.postgres`.
 """
 
 from __future__ import annotations
