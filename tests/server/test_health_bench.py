@@ -66,3 +66,17 @@ def test_a_plateau_whose_confirmation_began_before_it_is_flagged() -> None:
     job = next(j for j in bench.faulty_curves(300, 36_000) if j.name == "plateau: flat after N steps")
     outcome = bench.run(job)
     assert outcome.delay is not None and outcome.delay < 0.25 * outcome.planned, outcome
+
+
+def test_the_benchmark_judges_with_the_learning_rate_but_no_evaluation() -> None:
+    """``--signals lr``: a Trainer run without an evaluation set; the run says what it fed."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARK), "--quick", "--signals", "lr", "--seeds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "signals: loss, learning rate\n" in proc.stdout
+    assert "plateau: lr decayed to 0 (1/1 in time)" in proc.stdout  # found by the learning rate alone

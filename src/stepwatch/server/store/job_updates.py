@@ -59,6 +59,8 @@ def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[st
 class UpstreamStatus:
     """An upstream status as the store keeps it: a report row, one-value windows, the job's new columns."""
 
+    received_at: float
+    """The server's arrival time."""
     sent_at: float
     """The reporter's ``lastUpdatedTime``, or the arrival time."""
     step: int | None
@@ -71,7 +73,7 @@ class UpstreamStatus:
     @property
     def sample(self) -> ProgressSample | None:
         """The progress sample the status adds (at its arrival time), if it has a step."""
-        return None if self.step is None else ProgressSample(self.updates["updated_at"], self.step)
+        return None if self.step is None else ProgressSample(self.received_at, self.step)
 
 
 def upstream_status(job: Job, status: TrainerStatus, now: float) -> UpstreamStatus:
@@ -108,7 +110,7 @@ def upstream_status(job: Job, status: TrainerStatus, now: float) -> UpstreamStat
         updates["epoch"] = epoch
     if total_epochs is not None and math.isfinite(total_epochs) and total_epochs > 0:
         updates["total_epochs"] = total_epochs
-    return UpstreamStatus(sent_at, step_int, windows, updates)
+    return UpstreamStatus(now, sent_at, step_int, windows, updates)
 
 
 def _one_value_window(name: str, value: float, step: int) -> MetricWindow:
