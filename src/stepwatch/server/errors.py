@@ -28,6 +28,7 @@ REASONS: dict[int, str] = {
     415: "UnsupportedMediaType",
     422: "Invalid",
     429: "TooManyRequests",
+    431: "RequestHeaderFieldsTooLarge",
     500: "InternalError",
     503: "ServiceUnavailable",
 }
