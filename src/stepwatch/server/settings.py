@@ -155,6 +155,19 @@ def _auth_mode(text: str) -> str:
     return mode
 
 
+K8S_MODES = ("endpoint", "observer")
+"""How the runner meets Kubeflow Trainer's status (docs/kubernetes.md): pods post to stepwatch and the runner
+writes ``status.trainerStatus`` (endpoint), or pods post to upstream's own status server and the runner
+only reads what it wrote (observer)."""
+
+
+def _k8s_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in K8S_MODES:
+        raise ValueError(f"one of {', '.join(K8S_MODES)}, got {text!r}")
+    return mode
+
+
 def _header(text: str) -> str:
     name = text.strip()
     if not name or not all(c.isalnum() or c == "-" for c in name):
@@ -283,6 +296,15 @@ SERVER_SETTINGS: tuple[_Setting, ...] = (
         _flag,
         "watch Kubeflow TrainJobs and keep them and stepwatch in step (pip install 'stepwatch[k8s]'; in a cluster "
         "through its ServiceAccount, else the kubeconfig); run it in one replica (see docs/kubernetes.md)",
+    ),
+    _Setting(
+        "k8s_mode",
+        "STEPWATCH_K8S_MODE",
+        "endpoint",
+        _k8s_mode,
+        "endpoint (pods post their status to stepwatch, upstream's TrainJobStatus gate off; the runner writes "
+        "status.trainerStatus) or observer (pods post to upstream's status server; the runner turns each change "
+        "of status.trainerStatus into history and never writes it); see docs/kubernetes.md",
     ),
     _Setting(
         "k8s_namespaces",
@@ -429,6 +451,7 @@ class ServerSettings:
     public_url: str | None = None
     policy: Policy = field(default_factory=Policy)
     k8s_runner: bool = False
+    k8s_mode: str = "endpoint"
     k8s_namespaces: tuple[str, ...] = ()
     k8s_grace_s: float = 300.0
     k8s_delete_on_stop: bool = False

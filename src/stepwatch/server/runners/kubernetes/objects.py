@@ -37,6 +37,7 @@ __all__ = [
     "runtime_size",
     "status_from_annotation",
     "trainer_status_for",
+    "upstream_status",
 ]
 
 GROUP = "trainer.kubeflow.org"

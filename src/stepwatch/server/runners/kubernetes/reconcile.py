@@ -8,9 +8,11 @@ done about it comes out, as plain values the I/O layer carries out (:mod:`.runne
 - its lifecycle is mirrored (:class:`SetState`): running, finished, failed; suspended or deleted is
   ``stopped``;
 - progress someone else writes (Kubeflow's ``status.trainerStatus``, OpenShift AI's annotation) is
-  mirrored into history when it is newer than stepwatch's (:class:`Mirror`);
+  mirrored into history when it is newer than stepwatch's (:class:`Mirror`): each change of
+  ``status.trainerStatus`` the watch saw, in order, once (a relist or a restart does not store it again);
 - a job that reports to stepwatch gets stepwatch's progress written onto the TrainJob
-  (:class:`WriteStatus`), at most once per ``status_interval_s`` and only when it changed;
+  (:class:`WriteStatus`), at most once per ``status_interval_s`` and only when it changed; never in
+  ``observer`` mode (``Config.mode``), where upstream's status server owns ``status.trainerStatus``;
 - a stop: a job that reports gets a checkpoint command (:class:`QueueCommand`) and the grace period
   to stop by itself, then ``spec.suspend: true`` (:class:`Suspend`) or, when configured, deletion
   (:class:`Delete`); a job that does not report cannot be asked, so it is suspended at once;
@@ -22,13 +24,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ....protocol import ProtocolError, TrainerStatus, parse_rfc3339
+from ....protocol import TrainerStatus, parse_rfc3339
 from ...store import Job
 from ...store.base import FINAL_STATES
-from .objects import FIELD_MANAGER, RuntimeSize, TrainJob, annotation_for, status_from_annotation, trainer_status_for
+from .objects import (
+    FIELD_MANAGER,
+    RuntimeSize,
+    TrainJob,
+    annotation_for,
+    status_from_annotation,
+    trainer_status_for,
+    upstream_status,
+)
 
 __all__ = [
     "Action",
@@ -60,6 +71,9 @@ class Config:
     status_interval_s: float = 5.0
     """At most one status write per job in this many seconds."""
     field_manager: str = FIELD_MANAGER
+    mode: Literal["endpoint", "observer"] = "endpoint"
+    """``endpoint``: pods post to stepwatch, which writes ``status.trainerStatus``; ``observer``: pods post to
+    upstream's status server, stepwatch only reads ``status.trainerStatus`` (and never writes it)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,9 @@ class Observed:
     """The :func:`fingerprint` of what it wrote then."""
     mirrored: str | None = None
     """The fingerprint of the foreign progress it mirrored last."""
+    changes: tuple[Mapping[str, Any], ...] = ()
+    """Each ``status.trainerStatus`` the watch showed since the last mirror, oldest first (the object's
+    current one last); empty: only the object's current one counts."""
 
 
 @dataclass(frozen=True)
@@ -205,8 +222,9 @@ def reconcile(o: Observed) -> list[Action]:
         return [Register(tj.namespace, tj.name, nodes * per_node, tj.gpu_type or size.gpu_type)]
     actions: list[Action] = []
     actions += _lifecycle(o, tj, job)
-    reporting = job.last_report_at is not None and not tj.foreign_progress(o.config.field_manager)
-    if tj.foreign_progress(o.config.field_manager):
+    foreign = tj.foreign_progress(o.config.field_manager)
+    reporting = job.last_report_at is not None and not foreign and o.config.mode == "endpoint"
+    if foreign:
         actions += _mirror(o, tj, job)
     elif reporting:
         actions += _write_back(o, tj, job)
@@ -231,25 +249,24 @@ def _lifecycle(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
     return []
 
 
-def _newest(o: Observed, tj: TrainJob) -> tuple[TrainerStatus, Literal["trainerStatus", "annotation"]] | None:
-    """The foreign progress on the object, the newer of the two when both are there."""
+def _foreign(o: Observed, tj: TrainJob) -> list[tuple[TrainerStatus, Literal["trainerStatus", "annotation"]]]:
+    """The foreign progress to consider, oldest first: each ``status.trainerStatus`` seen (another manager's);
+    or the annotation alone when it is newer than all of them (OpenShift AI writes both for one moment:
+    the newer of the two is the one stored)."""
     manager = o.config.field_manager
-    found: list[tuple[float, TrainerStatus, Literal["trainerStatus", "annotation"]]] = []
-    if tj.status_owners - {manager} and tj.trainer_status:
-        try:
-            status = TrainerStatus.from_body({"trainerStatus": dict(tj.trainer_status)})
-        except ProtocolError:
-            status = None
-        if status is not None:
-            found.append((_when(status), status, "trainerStatus"))
+    found: list[tuple[TrainerStatus, Literal["trainerStatus", "annotation"]]] = []
+    if tj.status_owners - {manager}:
+        seen = o.changes or ((tj.trainer_status,) if tj.trainer_status else ())
+        for raw in seen:
+            status = upstream_status(raw)
+            if status is not None:
+                found.append((status, "trainerStatus"))
     if tj.annotation_owners - {manager}:
         from_annotation = status_from_annotation(tj.annotation)
-        if from_annotation is not None:
-            found.append((_when(from_annotation), from_annotation, "annotation"))
-    if not found:
-        return None
-    found.sort(key=lambda f: f[0])
-    return found[-1][1], found[-1][2]
+        newest = max((_when(s) for s, _ in found), default=float("-inf"))
+        if from_annotation is not None and (not found or _when(from_annotation) > newest):
+            found = [(from_annotation, "annotation")]
+    return found
 
 
 def _when(status: TrainerStatus) -> float:
@@ -259,17 +276,21 @@ def _when(status: TrainerStatus) -> float:
 
 
 def _mirror(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
-    newest = _newest(o, tj)
-    if newest is None:
-        return []
-    status, origin = newest
-    mark = fingerprint(status.to_body())
-    if mark == o.mirrored:
-        return []
-    when = _when(status)
-    if job.last_report_at is not None and when != float("-inf") and when <= job.last_report_at:
-        return []  # stored already (before a restart, or a watch that started over)
-    return [Mirror(status, origin, mark)]
+    """A :class:`Mirror` for each foreign status not stored yet: not the one mirrored last, none twice
+    (by content, ``lastUpdatedTime`` included), none no newer than the job's last report (stored before
+    a restart, or seen again by a relist)."""
+    actions: list[Action] = []
+    marks = {o.mirrored}
+    for status, origin in _foreign(o, tj):
+        mark = fingerprint(status.to_body())
+        if mark in marks:
+            continue
+        marks.add(mark)
+        when = _when(status)
+        if job.last_report_at is not None and when != float("-inf") and when <= job.last_report_at:
+            continue
+        actions.append(Mirror(status, origin, mark))
+    return actions
 
 
 def _write_back(o: Observed, tj: TrainJob, job: Job) -> list[Action]:

@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ... import health
 from ...routes.common import Services, blocking, hash_token
 from ...store import Job, JobFilter
 from ...store.base import FINAL_STATES
 from ...views import job_view
 from .api import KubeApi, KubeError
+from .mirror import ingest_upstream_status
 from .objects import ANNOTATION, RuntimeSize, TrainJob, parse_trainjob, runtime_size
 from .ratelimit import TokenBucket
 from .reconcile import (
@@ -87,6 +87,13 @@ class _Seen:
     failures: int = 0
     retry_at: float = 0.0
     """After a failed write, no write before this (the backoff)."""
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    """Each ``status.trainerStatus`` the watch showed since the last mirror, oldest first: a status that
+    changed twice between two decisions is history twice, not only its last value."""
+
+
+MAX_CHANGES = 256
+"""Unmirrored ``status.trainerStatus`` values kept per TrainJob (the oldest go first beyond it)."""
 
 
 class TrainJobRunner:
@@ -232,6 +239,10 @@ class TrainJobRunner:
         if old is None or old != parsed:
             seen.trainjob = parsed
             self.dirty.add(parsed.key)
+            status = parsed.trainer_status
+            if status and (old is None or old.trainer_status != status) and status not in seen.changes[-1:]:
+                seen.changes.append(status)
+                del seen.changes[:-MAX_CHANGES]
 
     async def _read_store(self) -> None:
         store = self.svc.store
@@ -321,6 +332,7 @@ class TrainJobRunner:
             last_write_at=seen.last_write_at,
             written=seen.written,
             mirrored=seen.mirrored,
+            changes=tuple(seen.changes),
         )
 
     async def _decide(self, key: Key, depth: int = 0) -> None:
@@ -332,15 +344,22 @@ class TrainJobRunner:
         actions = reconcile(observed)
         self.stats["decisions"] += 1
         again = False
+        mirrored_all = True
         api_actions: list[Action] = []
         for action in actions:
             if isinstance(action, Requeue):
                 self._due(key, action.at)
             elif isinstance(action, (WriteStatus, Suspend, Delete)):
                 api_actions.append(action)
+            elif isinstance(action, Mirror):
+                if mirrored_all:  # in order: after a failure, the rest waits for the next decision
+                    await self._do(key, observed, action)
+                    mirrored_all = self.seen[key].mirrored == action.fingerprint
             else:
                 again |= await self._do(key, observed, action)
         seen = self.seen[key]
+        if mirrored_all:  # (else kept: the next decision skips what was stored, by time and content)
+            del seen.changes[: len(observed.changes)]
         if api_actions and key not in self.in_flight and observed.now >= seen.retry_at:
             # (else decided again when those writes end, or when the backoff does)
             self._queue_writes(key, api_actions)
@@ -373,16 +392,10 @@ class TrainJobRunner:
                 fresh = await svc.policies.review(fresh, now)
                 self._publish(fresh, now, event=(action.state, action.reason) if fresh.state != job.state else None)
             elif isinstance(action, Mirror):
-                result = await blocking(svc.store.ingest_status, job, action.status, now)
-                fresh, update = await health.assess(
-                    svc.health, svc.store, blocking, result, 0, result.job.step, result.job.total_steps, now
-                )
-                fresh = await svc.policies.review(fresh, now)
+                fresh = await ingest_upstream_status(svc, job, action.status, now)
+                self.jobs[key] = fresh
                 self.seen[key].mirrored = action.fingerprint
                 self.stats["mirrored"] += 1
-                self._publish(fresh, now)
-                if update is not None:
-                    health.publish_event(update, svc.live, now)
             elif isinstance(action, QueueCommand):
                 command = await blocking(svc.store.add_command, job, action.command, action.reason, now)
                 self.checkpoints[job.id] = now

@@ -48,13 +48,15 @@ async def start_kubernetes(
                 grace_s=settings.k8s_grace_s,
                 delete_on_stop=settings.k8s_delete_on_stop,
                 status_interval_s=settings.k8s_status_interval_s,
+                mode="observer" if settings.k8s_mode == "observer" else "endpoint",
             ),
             writes_per_s=settings.k8s_writes_per_s,
         )
         runner = TrainJobRunner(api, services, options)
         await runner.start()
         app.state.k8s_runner = runner
-        _log.info("watching TrainJobs in %s", ", ".join(settings.k8s_namespaces) or "every namespace")
+        where = ", ".join(settings.k8s_namespaces) or "every namespace"
+        _log.info("watching TrainJobs in %s (%s mode)", where, settings.k8s_mode)
 
     async def stop() -> None:
         if runner is not None:
