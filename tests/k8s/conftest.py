@@ -54,16 +54,21 @@ def fake(signing_key: RsaKey) -> Iterator[FakeApi]:
 
 @pytest.fixture
 def make_cluster(fake: FakeApi, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """``make_cluster(**settings)``: a stepwatch server whose settings point at the fake (pod tokens on by
-    default); its runner is started by :meth:`Cluster.start_runner`, or by ``k8s_runner=True``."""
+    """``make_cluster(clock=None, **settings)``: a stepwatch server whose settings point at the fake (pod tokens
+    on by default), on ``clock`` when given; its runner is started by :meth:`Cluster.start_runner`, or by
+    ``k8s_runner=True``."""
     made: list[tuple[Cluster, TestClient, SQLiteStore]] = []
 
-    def make(**settings: Any) -> Cluster:
+    def make(clock: Callable[[], float] | None = None, **settings: Any) -> Cluster:
         kubeconfig = fake.kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
         settings.setdefault("k8s_pod_tokens", True)
         the_settings = ServerSettings(kubeconfig=str(kubeconfig), **settings)
         store = SQLiteStore(tmp_path / f"sw-{len(made)}.db")
-        app = create_app(the_settings, store=store)
+        app = (
+            create_app(the_settings, store=store)
+            if clock is None
+            else create_app(the_settings, store=store, clock=clock)
+        )
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         cluster = Cluster(fake, kubeconfig, client, app)

@@ -449,3 +449,30 @@ def test_reconciling_a_thousand_jobs_costs_well_under_a_second_of_cpu() -> None:
     for o in observed:
         reconcile(o)
     assert time.process_time() - start < 1.0
+
+
+def test_each_change_of_a_foreign_status_is_a_mirror_in_order_at_its_own_time() -> None:
+    changes = tuple(
+        {"progressPercentage": p, "lastUpdatedTime": format_rfc3339(NOW - 30 + 10 * i)} for i, p in enumerate((5, 6, 7))
+    )
+    observed = tj(trainer_status=changes[-1], status_owners=frozenset({"trainer-status"}))
+    actions = reconcile(Observed(NOW, observed, job(last_report_at=None), changes=changes))
+    assert [(a.status.progress_percentage, a.at) for a in actions if isinstance(a, Mirror)] == [
+        (5, NOW - 30),
+        (6, NOW - 20),
+        (7, NOW - 10),
+    ]
+    # seen again after a restart (the job's last report is the last one's time): nothing twice
+    assert reconcile(Observed(NOW, observed, job(last_report_at=NOW - 10), changes=changes)) == []
+    # a pod clock ahead of the runner's: stored now, not in the future
+    ahead = {"progressPercentage": 8, "lastUpdatedTime": format_rfc3339(NOW + 60)}
+    [action] = reconcile(
+        Observed(NOW, tj(trainer_status=ahead, status_owners=frozenset({"x"})), job(last_report_at=None))
+    )
+    assert isinstance(action, Mirror) and action.at == NOW
+
+
+def test_observer_mode_never_writes_the_status_back() -> None:
+    reporting = job(last_report_at=NOW - 1, step=5, total_steps=10)
+    assert kinds(reconcile(Observed(NOW, tj(), reporting))) == ["write_status"]
+    assert reconcile(Observed(NOW, tj(), reporting, config=Config(mode="observer"))) == []

@@ -137,6 +137,9 @@ class Mirror:
     status: TrainerStatus
     origin: Literal["trainerStatus", "annotation"]
     fingerprint: str
+    at: float
+    """The time it is stored at: its ``lastUpdatedTime`` (when the pod was at that step, however late the
+    runner reads it; never later than now), else now."""
     kind: Literal["mirror"] = "mirror"
 
 
@@ -278,7 +281,8 @@ def _when(status: TrainerStatus) -> float:
 def _mirror(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
     """A :class:`Mirror` for each foreign status not stored yet: not the one mirrored last, none twice
     (by content, ``lastUpdatedTime`` included), none no newer than the job's last report (stored before
-    a restart, or seen again by a relist)."""
+    a restart, or seen again by a relist: a mirrored status is stored at its own ``lastUpdatedTime``, so
+    the two compare like with like)."""
     actions: list[Action] = []
     marks = {o.mirrored}
     for status, origin in _foreign(o, tj):
@@ -289,7 +293,7 @@ def _mirror(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
         when = _when(status)
         if job.last_report_at is not None and when != float("-inf") and when <= job.last_report_at:
             continue
-        actions.append(Mirror(status, origin, mark))
+        actions.append(Mirror(status, origin, mark, o.now if when == float("-inf") else min(when, o.now)))
     return actions
 
 

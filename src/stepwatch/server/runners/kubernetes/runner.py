@@ -392,7 +392,7 @@ class TrainJobRunner:
                 fresh = await svc.policies.review(fresh, now)
                 self._publish(fresh, now, event=(action.state, action.reason) if fresh.state != job.state else None)
             elif isinstance(action, Mirror):
-                fresh = await ingest_upstream_status(svc, job, action.status, now)
+                fresh = await ingest_upstream_status(svc, job, action.status, action.at)
                 self.jobs[key] = fresh
                 self.seen[key].mirrored = action.fingerprint
                 self.stats["mirrored"] += 1
