@@ -20,6 +20,16 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "(chromium is missing and this is not root: the browser tests will skip; apt-get install chromium)"
   fi
 fi
+# `kubectl stepwatch` is run by a real kubectl in tests/test_cli_kubectl.py (Debian's package; no cluster needed)
+if ! command -v kubectl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "== installing kubectl for the kubectl plugin tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null) \
+      || echo "(kubectl could not be installed: the tests through kubectl will skip)"
+  else
+    echo "(kubectl is missing and this is not root: the tests through kubectl will skip; apt-get install kubectl)"
+  fi
+fi
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples
 .venv/bin/ruff format --check src tests benchmarks examples

@@ -296,6 +296,34 @@ def test_through_kubectl_itself(server: str, ns: str, tmp_path: Path) -> None:
     assert rows["via-kubectl"]["STATE"] == "pending"
 
 
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (apt-get install kubectl)")
+def test_a_real_kubectl_finds_the_plugin_on_its_path_and_runs_it(server: str, ns: str, tmp_path: Path) -> None:
+    """Debian's kubectl, the plugin alone in a directory of the PATH (not the virtualenv's bin), as a user
+    installs it: ``kubectl plugin list`` names it, ``kubectl stepwatch jobs`` shows a training job."""
+    run = _training(server, ns, "through-kubectl")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl-stepwatch").symlink_to(PLUGIN)
+    kubectl_dir = str(Path(shutil.which("kubectl") or "kubectl").parent)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "KUBECONFIG"))}
+    environ |= {"PATH": os.pathsep.join([str(bin_dir), kubectl_dir]), "HOME": str(tmp_path)}
+    environ["KUBECONFIG"] = str(_kubeconfig(tmp_path / "config", ns))
+    environ["STEPWATCH_URL"] = server
+    try:
+        listed = subprocess.run(["kubectl", "plugin", "list"], capture_output=True, text=True, env=environ, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert str(bin_dir / "kubectl-stepwatch") in listed.stdout.splitlines(), listed.stdout
+        done = subprocess.run(["kubectl", "stepwatch", "jobs"], capture_output=True, text=True, env=environ, timeout=60)
+        assert (done.returncode, done.stderr) == (0, "")
+        headers, rows = _table(done.stdout)
+        assert headers == list(kubectl.COLUMNS)
+        row = rows["through-kubectl"]
+        assert (row["STATE"], row["PROGRESS%"]) == ("running", "20.0%"), row
+        assert row["ETA"] not in ("", "-") and float(row["LOSS"]) == pytest.approx(1 / 200, rel=1e-3)
+    finally:
+        run.finish()
+
+
 # -------------------------------------------------------------------------------- the kubeconfig
 
 

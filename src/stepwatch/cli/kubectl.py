@@ -2,7 +2,7 @@
 
 ::
 
-    kubectl stepwatch get [NAME] [-n NS | -A] [-o wide|json|yaml]
+    kubectl stepwatch get [NAME] [-n NS | -A] [-o wide|json|yaml]      (also: kubectl stepwatch jobs ...)
     kubectl stepwatch stop NAME [-n NS] [--reason TEXT]
 
 kubectl runs any executable named ``kubectl-NAME`` on the PATH as ``kubectl NAME``. Like kubectl's own
@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     get = commands.add_parser(
         "get",
+        aliases=["jobs"],  # the name of the same table in the stepwatch CLI
         parents=[common],
         help="list jobs (or one) with state, health, progress, ETA, loss and age",
         description="List the jobs of a namespace (or of all, -A), or show one, with state, health, progress %, "
