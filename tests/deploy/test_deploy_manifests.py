@@ -38,7 +38,7 @@ else:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBE_CODE = ROOT / "src" / "stepwatch" / "server" / "runners" / "kubernetes"
-KUSTOMIZATIONS = ["base", "overlays/delete-on-stop", "overlays/tls"]
+KUSTOMIZATIONS = ["base", "overlays/delete-on-stop", "overlays/observer", "overlays/tls"]
 KUBERNETES_RELEASES = ["1.29.0", "1.35.0"]  # Kubeflow Trainer v2 needs 1.29 or newer
 
 
