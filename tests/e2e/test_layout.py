@@ -174,6 +174,8 @@ def test_the_panel_pairs_labels_with_their_values_and_shows_no_raw_internals(
         page.wait_for_selector("#panel [data-testid=events] li.ev")
         page.wait_for_selector("#panel [data-testid=policy] table")
         _shot(page, tmp_path, f"panel-{name}-{width}")
+        page.locator("#panel section[aria-labelledby=p-health]").scroll_into_view_if_needed()
+        _shot(page, tmp_path, f"panel-{name}-{width}-health")
         pairs = page.evaluate(SAME_ROW)
         assert pairs, "no facts in the panel"
         for label, value, paired in pairs:
@@ -187,6 +189,10 @@ def test_the_panel_pairs_labels_with_their_values_and_shows_no_raw_internals(
             text = _visible_text(page, selector)
             assert "{" not in text and "}" not in text, (selector, text)
             assert not RAW_FLOAT.search(text), (selector, text)
+    # the run's own chart: its 1e34 does not flatten the rest of its curve either
+    wait_js(page, "const d = document.querySelector(\"#panel .chart[data-metric='loss']\"); return d && d._fullLayout;")
+    y = page.evaluate("document.querySelector(\"#panel .chart[data-metric='loss']\")._fullLayout.yaxis.range")
+    assert y[1] < 100, y
     health = _visible_text(page, "#panel section[aria-labelledby=p-health]")
     assert "non-finite" in health
     policy = _visible_text(page, "#panel [data-testid=policy]")

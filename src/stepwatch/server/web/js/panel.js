@@ -2,7 +2,7 @@
 // events, hyperparameters, and the actions (checkpoint, stop) with a confirmation.
 
 import { getJSON, historyPath, jobPath, postJSON, putJSON } from "./api.js";
-import { chartLayout, draw, loadPlotly, seriesTraces } from "./charts.js";
+import { chartLayout, chooseScale, columns, draw, loadPlotly, seriesTraces } from "./charts.js";
 import { h, replace } from "./dom.js";
 import {
   DASH, ENDED, HEALTH_STATES, JOB_STATES, evidenceFacts, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf,
@@ -338,8 +338,9 @@ class Panel {
 
   addChart(name) {
     const div = h("div", { class: "chart", role: "img", "aria-label": `Chart of ${name}`, dataset: { metric: name } });
-    this.chartGrid.append(div);
-    this.charts.set(name, { div, drawn: false, dirty: true, visible: false });
+    const note = h("p", { class: "chart-note", hidden: true });
+    this.chartGrid.append(h("div", { class: "chart-box" }, div, note));
+    this.charts.set(name, { div, note, drawn: false, dirty: true, visible: false });
     this.observer.observe(div);
   }
 
@@ -351,7 +352,11 @@ class Panel {
     chart.dirty = false;
     chart.drawn = true;
     const traces = seriesTraces(this.series[name] || [], { name, xAxis: chartPrefs.xAxis, smoothing: chartPrefs.smoothing, band: chartPrefs.band });
-    const layout = chartLayout({ title: name, xAxis: chartPrefs.xAxis, log: chartPrefs.log });
+    // a blow-up (1e34) would flatten the rest of the curve: a log scale or a clipped range, said under the chart
+    const scale = chooseScale(columns(this.series[name] || []).values, chartPrefs.log);
+    chart.note.hidden = !scale.note;
+    chart.note.textContent = scale.note || "";
+    const layout = chartLayout({ title: name, xAxis: chartPrefs.xAxis, log: scale.log, range: scale.range });
     chart.div.dataset.points = String((this.series[name] || []).length);
     draw(chart.div, traces, layout).catch(() => {});
   }
