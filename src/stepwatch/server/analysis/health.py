@@ -622,8 +622,7 @@ class HealthTracker:
         )
         if self._best is not None:  # the best of the smoothed level, which lags the recent mean: said so, so
             # that a recent mean below it ("level 0.0678 (best 0.0708)") does not read as a contradiction
-            word = "lowest" if self._sign > 0 else "highest"
-            message += f" (recent mean; {word} smoothed level earlier {_num(self._best)} at step {self._best_step:,})"
+            message += f" (a recent mean; the best smoothed level was {_num(self._best)} at step {self._best_step:,})"
         if self.eval_metric is None:  # without one, about twice as many healthy runs are flagged (docs/health.md)
             message += "; no evaluation metric reported to confirm it"
         ev = self._evidence(
