@@ -242,7 +242,7 @@ class Panel {
           ["Rate", `${fmtMoney(c.rate_per_hour)}/h (${fmtNum(r.gpus, 3)} GPU × ${fmtMoney(r.gpu_hour_cost)})`],
           ["Spent", fmtMoney(c.spent)],
           ["Projected", fmtMoney(c.projected)],
-          ["Wasted", `${fmtMoney(c.wasted)}${c.wasted_since ? ` since ${fmtClock(c.wasted_since)}` : ""}`, { class: c.wasted ? "bad" : "" }],
+          ["Wasted", `${fmtMoney(c.wasted)}${c.wasted_since ? ` since ${fmtClock(c.wasted_since)}` : ""}`, { class: c.wasted >= 0.005 ? "bad" : "" }], // red from a cent: "$0.00" in red reads as an alarm
         ], { class: "facts one", "data-testid": "cost" })
         : h("p", { class: "muted" }, "Unknown: the job did not say its GPUs and their price (stepwatch run --gpus N --gpu-hour-cost USD)."));
   }
