@@ -13,7 +13,7 @@ from swtest import start_job, step_until
 pytest.importorskip("textual")
 
 from stepwatch.cli import build_parser
-from stepwatch.cli.top import bar, make_app, visible_jobs
+from stepwatch.cli.top import COLUMNS, bar, fit_columns, make_app, visible_jobs
 from stepwatch.client import Client, Job
 
 
@@ -118,3 +118,45 @@ def test_top_shows_sorts_filters_opens_and_stops(server: str, ns: str) -> None:
         time.sleep(0.05)
     assert run.should_checkpoint and run.command_reason == "stepwatch top"
     run.finish("stopped", "stepwatch top")
+
+
+def test_a_narrow_terminal_keeps_the_most_needed_columns() -> None:
+    row = ["llama-3-8b-sft-lora", "nlp-research", "running", "healthy", "██░░░░  18.3%", "1834/10000", "22m47s",
+           "0.01308", "32.80", "1.23", "8"]  # fmt: skip
+    assert fit_columns([row], 200) == list(COLUMNS)
+    at_80 = fit_columns([row], 78)
+    assert at_80 == ["NAME", "STATE", "HEALTH", "PROGRESS", "ETA", "LOSS"]
+    assert sum(max(len(c), len(row[COLUMNS.index(c)])) + 2 for c in at_80) <= 78
+    # strictly by priority: a column that does not fit hides every less needed one, even a narrower one
+    assert "$/H" not in fit_columns([row], 90) and "STEP" in fit_columns([row], 90)
+
+
+def test_top_at_80_columns_shows_eta_and_loss(server: str, ns: str) -> None:
+    """What a default terminal (80 x 24) shows: the name, state, health, progress, ETA and loss, all on screen
+    (the rest of the columns were cut off the right side before)."""
+    run = start_job(server, ns, "llama-3-8b-sft-lora", total_steps=10_000, gpus=8, gpu_hour_cost=4.1)
+    for _ in range(3):
+        run.step(loss=0.0130812)
+    step_until(server, ns, "llama-3-8b-sft-lora", 3)
+
+    async def main() -> None:
+        client = Client(server)
+        app = make_app(client, ns)
+        async with app.run_test(size=(80, 24)) as pilot:
+            from textual.widgets import DataTable
+
+            await _until(pilot, lambda: len(_rows(app)) == 1)
+            table = app.query_one(DataTable)
+            headers = [str(column.label) for column in table.columns.values()]
+            assert headers == ["NAME", "STATE", "HEALTH", "PROGRESS", "ETA", "LOSS"], headers
+            assert table.virtual_size.width <= 80, table.virtual_size
+            row = dict(zip(headers, _rows(app)[0]))
+            assert row["LOSS"] == "0.01308" and row["NAME"] == "llama-3-8b-sft-lora" and "0.0%" in row["PROGRESS"]
+            # wider: every column comes back
+            await pilot.resize_terminal(160, 24)
+            await _until(pilot, lambda: len(table.columns) == len(COLUMNS))
+            await pilot.press("q")
+        client.close()
+
+    asyncio.run(main())
+    run.finish()

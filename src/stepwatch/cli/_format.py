@@ -25,6 +25,7 @@ __all__ = [
     "duration",
     "epoch_text",
     "eta_text",
+    "evidence_lines",
     "is_terminal",
     "loss_of",
     "loss_text",
@@ -38,6 +39,8 @@ __all__ = [
     "state_style",
     "step_text",
     "unreachable",
+    "value_text",
+    "window_text",
 ]
 
 CLIENT_HINT = "pip install 'stepwatch[client]'"
@@ -133,6 +136,84 @@ def loss_text(value: float | str | None) -> str:
     if math.isinf(value):
         return "Inf" if value > 0 else "-Inf"
     return f"{value:.4g}"
+
+
+def value_text(value: Any, key: str = "") -> str:
+    """Any value the server sends as data, for reading: numbers to 4 significant digits (``0.07085``, not
+    ``0.07084809085767296``), a Unix time (a key ending ``since``, ``_at`` or ``t``) as a clock time, a mapping
+    as ``key value, key value`` (never its Python or JSON spelling); ``-`` when absent."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if (key.endswith("since") or key.endswith("_at") or key == "t") and value > 1e9:
+            return clock_time(float(value))
+        return str(value) if isinstance(value, int) else loss_text(value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{str(k).replace('_', ' ')} {value_text(v, str(k))}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(value_text(v) for v in value)
+    return str(value)
+
+
+def window_text(window: Any) -> str:
+    """The span a health verdict looked at: ``{'seconds': 30, 'steps': 574}`` reads ``30s, 574 steps``."""
+    if not isinstance(window, Mapping):
+        return value_text(window)
+    parts = []
+    if window.get("seconds") is not None:
+        parts.append(duration(float(window["seconds"])))
+    if window.get("steps") is not None:
+        parts.append(f"{window['steps']:,} steps")
+    if window.get("windows") is not None:
+        parts.append(f"{window['windows']:,} report{'' if window['windows'] == 1 else 's'}")
+    parts += [f"{str(k).replace('_', ' ')} {value_text(v, str(k))}" for k, v in window.items()
+              if k not in ("seconds", "steps", "windows")]  # fmt: skip
+    return ", ".join(parts) or "-"
+
+
+_EVIDENCE_LABELS = {
+    "metric": "Metric",
+    "window": "Measured over",
+    "observed": "Observed",
+    "threshold": "Threshold",
+    "level": "Level (recent mean)",
+    "best": "Best smoothed level earlier",
+    "best_step": "... at step",
+    "gain": "Improvement per window",
+    "noise": "Noise (standard error)",
+    "noise_z": "Noise multiple needed",
+    "learning_rate": "Learning rate",
+    "eval_metric": "Evaluation metric",
+    "eval_gain": "Evaluation improvement",
+    "eval_noise": "Evaluation noise",
+    "rank": "Rank",
+    "recovered_from": "Recovered from",
+}
+"""What each piece of a health verdict's evidence is, in the order a person reads them (the dashboard's
+``evidenceFacts`` says the same)."""
+
+
+def evidence_lines(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A verdict's evidence as ``(label, text)`` lines, every value formatted; its message and its start
+    (shown beside the state) aside."""
+    order = list(_EVIDENCE_LABELS)
+    keys = sorted(
+        (k for k, v in evidence.items() if k not in ("message", "since") and v is not None),
+        key=lambda k: order.index(k) if k in order else len(order),
+    )
+    lines = []
+    for key in keys:
+        value = evidence[key]
+        if key == "window":
+            text = window_text(value)
+        elif key.endswith("_step") and isinstance(value, int):
+            text = f"{value:,}"
+        else:
+            text = value_text(value, key)
+        lines.append((_EVIDENCE_LABELS.get(key, key.replace("_", " ").capitalize()), text))
+    return lines
 
 
 def rate_text(value: float | None) -> str:

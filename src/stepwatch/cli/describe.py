@@ -18,6 +18,7 @@ from ._format import (
     duration,
     epoch_text,
     eta_text,
+    evidence_lines,
     missing_client,
     percent,
     printable,
@@ -98,9 +99,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
         health_lines.append(("Since", f"{clock_time(health['since'], now)} ({age(health['since'], now)} ago)"))
     if evidence.get("message"):
         health_lines.append(("Why", str(evidence["message"])))
-    for key in ("metric", "window", "threshold", "observed"):
-        if evidence.get(key) is not None:
-            health_lines.append((key.capitalize(), str(evidence[key])))
+    health_lines += evidence_lines(evidence)
     _section(out, "Health", health_lines)
     _section(
         out,

@@ -25,14 +25,30 @@ from ._format import add_server_flags, duration, printable, unreachable
 if TYPE_CHECKING:
     from ..client import Client, Job
 
-__all__ = ["COLUMNS", "SORTS", "TUI_HINT", "bar", "job_cells", "make_app", "register", "run", "visible_jobs"]
+__all__ = [
+    "COLUMNS",
+    "PRIORITY",
+    "SORTS",
+    "TUI_HINT",
+    "bar",
+    "fit_columns",
+    "job_cells",
+    "make_app",
+    "register",
+    "run",
+    "visible_jobs",
+]
 
 TUI_HINT = "pip install 'stepwatch[tui]'"
 COLUMNS = ("NAME", "NAMESPACE", "STATE", "HEALTH", "PROGRESS", "STEP", "ETA", "LOSS", "$/H", "SPENT", "GPUS")
+PRIORITY = ("NAME", "PROGRESS", "ETA", "LOSS", "STATE", "HEALTH", "STEP", "SPENT", "NAMESPACE", "$/H", "GPUS")
+"""The columns a narrow terminal keeps, most needed first: an 80-column terminal still shows ETA and loss."""
+NARROW = 120
+"""Below this many columns the progress bar is half as long and long names are cut."""
 SORTS = ("name", "progress", "eta", "health", "spent", "state")
+"""What ``s`` cycles through."""
 FOLLOW_SLICE_S = 2.0
 """The live view reads the stream in watches this long, each resuming the last (see ``follow``)."""
-"""What ``s`` cycles through."""
 _HEALTH_ORDER = {"diverging": 0, "stalled": 1, "not_learning": 2, "straggling": 3, "unknown": 4, "healthy": 5}
 _HEALTH_STYLE = {
     "healthy": "green",
@@ -85,17 +101,20 @@ def _number(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def job_cells(job: Job) -> list[tuple[str, str]]:
-    """The cells of a job's row, each ``(text, rich style)``."""
+def job_cells(job: Job, width: int = NARROW) -> list[tuple[str, str]]:
+    """The cells of a job's row, each ``(text, rich style)``, for a terminal ``width`` columns wide."""
     p = job.progress
     step = "-" if p.step is None else (f"{p.step}/{p.total_steps}" if p.total_steps else str(p.step))
     loss = _number(job.loss)
+    narrow = width < NARROW
+    name = job.name if not narrow or len(job.name) <= 24 else job.name[:23] + "…"
+    bar_style = _HEALTH_STYLE.get(job.health.state, "") if job.health.state != "unknown" else "cyan"
     return [
-        (job.name, "bold"),
+        (name, "bold"),
         (job.namespace, ""),
         (job.state, _STATE_STYLE.get(job.state, "")),
         (job.health.state, _HEALTH_STYLE.get(job.health.state, "")),
-        (bar(p.percent), _HEALTH_STYLE.get(job.health.state, "") if job.health.state != "unknown" else "cyan"),
+        (bar(p.percent, 6 if narrow else 12), bar_style),
         (step, ""),
         (duration(job.eta.remaining_seconds) if not job.ended else "-", ""),
         (loss, "bold red" if loss in ("NaN", "Inf", "-Inf") else ""),
@@ -103,6 +122,20 @@ def job_cells(job: Job) -> list[tuple[str, str]]:
         (_money(job.cost.spent), ""),
         (f"{job.resources.gpus:g}" if job.resources.gpus else "-", ""),
     ]
+
+
+def fit_columns(rows: Sequence[Sequence[str]], width: int, padding: int = 2) -> list[str]:
+    """The columns that fit in ``width`` terminal cells, in table order: taken in ``PRIORITY`` order up to the
+    first that does not fit (each as wide as its header or its widest cell, plus ``padding``)."""
+    need = {column: max([len(column), *(len(row[i]) for row in rows)]) + padding for i, column in enumerate(COLUMNS)}
+    chosen: set[str] = set()
+    used = 0
+    for column in PRIORITY:
+        if used + need[column] > width:
+            break
+        chosen.add(column)
+        used += need[column]
+    return [column for column in COLUMNS if column in chosen]
 
 
 def _sort_key(job: Job, key: str) -> tuple[Any, ...]:
@@ -250,6 +283,7 @@ def make_app(client: Client, namespace: str | None, sort: str = "name", text: st
             self.summary = ""
             self.message = ""
             self.shown: list[Job] = []
+            self.columns: list[str] = []
 
         def compose(self) -> ComposeResult:
             yield Header()
@@ -260,9 +294,6 @@ def make_app(client: Client, namespace: str | None, sort: str = "name", text: st
             yield Footer()
 
         def on_mount(self) -> None:
-            table = self.query_one(DataTable)
-            for column in COLUMNS:
-                table.add_column(column, key=column)
             self.sub_title = f"{client.url} · {'every namespace' if namespace is None else namespace}"
             self.reload()
             self.follow()
@@ -321,6 +352,9 @@ def make_app(client: Client, namespace: str | None, sort: str = "name", text: st
             self.status = "  ·  ".join(part for part in (self.summary, self.message) if part)
             self.query_one("#status", Static).update(Text(self.status))
 
+        def on_resize(self) -> None:
+            self.dirty = True
+
         def redraw(self) -> None:
             if not self.dirty:
                 return
@@ -328,9 +362,19 @@ def make_app(client: Client, namespace: str | None, sort: str = "name", text: st
             table = self.query_one(DataTable)
             current = self.selected()
             self.shown = visible_jobs(self.jobs.values(), self.sort, self.reverse, self.text)
-            table.clear()
-            for job in self.shown:
-                table.add_row(*(Text(t, style=s) for t, s in job_cells(job)), key=job.key)
+            width = self.size.width - 2  # the table's vertical scroll bar
+            rows = [job_cells(job, width) for job in self.shown]
+            columns = fit_columns([[text for text, _ in cells] for cells in rows], width)
+            if columns != self.columns:
+                table.clear(columns=True)
+                for column in columns:
+                    table.add_column(column, key=column)
+                self.columns = columns
+            else:
+                table.clear()
+            keep = [COLUMNS.index(column) for column in columns]
+            for job, cells in zip(self.shown, rows):
+                table.add_row(*(Text(cells[i][0], style=cells[i][1]) for i in keep), key=job.key)
             if current is not None and any(j.key == current.key for j in self.shown):
                 table.move_cursor(row=table.get_row_index(current.key))
             order = f"sorted by {self.sort}{' (reversed)' if self.reverse else ''}"

@@ -620,8 +620,9 @@ class HealthTracker:
             f"({_dur(self._m_t - since)}): {_signed(test.gain)} per {_dur(test.window)} "
             f"(standard error {_pct(test.se)}), level {_num(test.new)}"
         )
-        if self._best is not None:
-            message += f" (best {_num(self._best)} at step {self._best_step:,})"
+        if self._best is not None:  # the best of the smoothed level, which lags the recent mean: said so, so
+            # that a recent mean below it ("level 0.0678 (best 0.0708)") does not read as a contradiction
+            message += f" (a recent mean; the best smoothed level was {_num(self._best)} at step {self._best_step:,})"
         if self.eval_metric is None:  # without one, about twice as many healthy runs are flagged (docs/health.md)
             message += "; no evaluation metric reported to confirm it"
         ev = self._evidence(

@@ -2,7 +2,7 @@
 // Every string that plotly shows goes through escapeMarkup: plotly reads a few HTML-like tags in texts.
 
 import { escapeMarkup } from "./dom.js";
-import { num } from "./format.js";
+import { fmtNum, num } from "./format.js";
 import { pointValue } from "./state.js";
 
 let loading = null;
@@ -116,22 +116,84 @@ export function seriesTraces(points, { name, color = PALETTE[0], xAxis = "step",
   return traces;
 }
 
-export function chartLayout({ title, xAxis = "step", log = false, height = 230, legend = false }) {
+/**
+ * A chart's layout. ``legendRows``: the lines the legend takes; it then sits at the bottom of the chart,
+ * below the step axis title (a legend placed in plot coordinates lands on the axis title), the chart
+ * growing by its height. ``range``: a fixed y range (a clipped one, see ``chooseScale``).
+ */
+export function chartLayout({ title, xAxis = "step", log = false, height = 230, legend = false, legendRows = 1, range = null }) {
   const fg = css("--fg", "#1b1f24");
   const grid = css("--grid", "#d0d7de");
+  const legendHeight = legend ? 14 + 19 * legendRows : 0;
   return {
     title: { text: escapeMarkup(title), font: { size: 13, color: fg }, x: 0.01, xanchor: "left" },
-    height,
-    margin: { l: 52, r: 12, t: 30, b: 36 },
+    height: height + legendHeight,
+    margin: { l: 52, r: 12, t: 30, b: 36 + legendHeight },
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     font: { color: fg, size: 11 },
     hovermode: "x unified",
     showlegend: legend,
-    legend: { orientation: "h", y: -0.25 },
+    legend: { orientation: "h", x: 0, xanchor: "left", yref: "container", y: 0, yanchor: "bottom" },
     xaxis: { title: { text: xAxis === "time" ? "time" : "step" }, type: xAxis === "time" ? "date" : "linear", gridcolor: grid, zeroline: false },
-    yaxis: { type: log ? "log" : "linear", gridcolor: grid, zeroline: false, exponentformat: "e", automargin: true },
+    yaxis: { type: log ? "log" : "linear", gridcolor: grid, zeroline: false, exponentformat: "e", automargin: true,
+      ...(range && !log ? { range, autorange: false } : {}) },
     yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true },
+  };
+}
+
+/** How many lines a horizontal legend of these names takes in a chart this wide (plotly's entries: a 40 px
+    sample, the name at about 6.5 px a character, and a gap; counted generously, as too few lines would lift
+    the legend onto the axis title). */
+export function legendRows(names, width) {
+  const room = Math.max(200, (width || 460) - 24);
+  let rows = 1;
+  let used = 0;
+  for (const name of names) {
+    const w = 56 + 7 * String(name).length;
+    if (used && used + w > room) {
+      rows += 1;
+      used = 0;
+    }
+    used += w;
+  }
+  return rows;
+}
+
+function quantile(sorted, q) {
+  const i = (sorted.length - 1) * q;
+  const lo = Math.floor(i);
+  return sorted[lo] + (sorted[Math.min(lo + 1, sorted.length - 1)] - sorted[lo]) * (i - lo);
+}
+
+/**
+ * The y scale that keeps every run readable when one run's values are far off the others' (a diverged
+ * run at 1e34 would flatten every other run to a line at 0): ``{log, range, note}``. Values beyond ten
+ * interquartile ranges of all the runs' values are outliers; with outliers, a log scale when every value
+ * is positive, else a range clipped to the rest (the outliers run off the chart, and the note says so).
+ * ``note`` is null when the user's choice (or a linear scale) shows everything well.
+ */
+export function chooseScale(values, userLog) {
+  const finite = values.filter((v) => v !== null && Number.isFinite(v)).sort((a, b) => a - b);
+  if (userLog || finite.length < 4) return { log: userLog, range: null, note: null };
+  const q1 = quantile(finite, 0.25);
+  const q3 = quantile(finite, 0.75);
+  const spread = q3 - q1 || Math.abs(quantile(finite, 0.5)) * 0.1 || 1;
+  const low = q1 - 10 * spread;
+  const high = q3 + 10 * spread;
+  const inside = finite.filter((v) => v >= low && v <= high);
+  const outside = finite.length - inside.length;
+  if (!outside) return { log: false, range: null, note: null };
+  const lo = finite[0];
+  const hi = finite[finite.length - 1];
+  if (lo > 0) return { log: true, range: null, note: `log scale, chosen because the values span ${fmtNum(lo)} to ${fmtNum(hi)}` };
+  const a = inside[0];
+  const b = inside[inside.length - 1];
+  const pad = (b - a) * 0.05 || Math.abs(b) * 0.05 || 1;
+  return {
+    log: false,
+    range: [a - pad, b + pad],
+    note: `range clipped to ${fmtNum(a)} – ${fmtNum(b)}: ${outside} value${outside === 1 ? "" : "s"} off the chart (from ${fmtNum(lo)} to ${fmtNum(hi)})`,
   };
 }
 

@@ -1,8 +1,10 @@
 // Compare runs: overlaid curves per metric on aligned steps, and a table of hyperparameters and final
-// and best metrics in which the rows whose values differ are marked.
+// and best metrics in which the rows whose values differ are marked. A metric with one value per run
+// (Hugging Face's total_flos, train_runtime) is a table row, not a one-point chart; a run whose values
+// blew up does not flatten the others (see chooseScale); a run that went NaN/Inf gets no ★.
 
 import { getJSON, historyPath, jobPath } from "./api.js";
-import { PALETTE, chartLayout, draw, loadPlotly, seriesTraces } from "./charts.js";
+import { PALETTE, chartLayout, chooseScale, columns, draw, legendRows, loadPlotly, seriesTraces } from "./charts.js";
 import { h, replace } from "./dom.js";
 import { DASH, betterDirection, fmtMoney, fmtNum, fmtOf, fmtPercent, healthLabel, metricOrder, num } from "./format.js";
 import { state, subscribe } from "./state.js";
@@ -12,7 +14,7 @@ const prefs = { log: false, smoothing: 0 };
 
 export function renderCompare(main, keys) {
   const runs = new Map(); // key -> {view, series}
-  const charts = new Map(); // metric -> div
+  const charts = new Map(); // metric -> {div, note}
   let destroyed = false;
   let timer = null;
 
@@ -58,6 +60,7 @@ export function renderCompare(main, keys) {
   log.addEventListener("input", changed);
   smoothing.addEventListener("input", changed);
   const grid = h("div", { class: "charts wide", "data-testid": "compare-charts" });
+  const singles = h("p", { class: "muted", "data-testid": "single-values", hidden: true });
   const tableHolder = h("div", { class: "table-scroll", "data-testid": "compare-table" });
 
   replace(main,
@@ -67,9 +70,9 @@ export function renderCompare(main, keys) {
     h("div", { class: "chart-controls" },
       h("span", null, log, h("label", { for: "c-log" }, "log scale")),
       h("span", null, h("label", { for: "c-smooth" }, "smoothing"), smoothing, smoothOut)),
-    h("h2", null, "Curves on aligned steps"), grid,
+    h("h2", null, "Curves on aligned steps"), grid, singles,
     h("h2", null, "Hyperparameters and results"),
-    h("p", { class: "muted" }, "Rows marked ≠ differ between the runs; ★ marks the best run of a metric row (lower is better for losses and errors, higher for accuracy-like metrics)."),
+    h("p", { class: "muted" }, "Rows marked ≠ differ between the runs; ★ marks the best run of a metric row (lower is better for losses and errors, higher for accuracy-like metrics); a run whose metric went NaN or Inf gets no ★ for it."),
     tableHolder);
 
   async function load() {
@@ -98,32 +101,51 @@ export function renderCompare(main, keys) {
     return metricOrder([...names]);
   }
 
+  /** A metric with at most one point in every run: a figure, not a curve. */
+  function singleValued(name) {
+    return [...runs.values()].every((run) => !run.series[name] || run.series[name].length <= 1);
+  }
+
   function buildCharts() {
     grid.replaceChildren();
+    for (const chart of charts.values()) if (window.Plotly) window.Plotly.purge(chart.div);
     charts.clear();
-    const names = metricNames();
+    const all = metricNames();
+    const names = all.filter((n) => !singleValued(n));
+    const once = all.filter(singleValued);
+    singles.hidden = !once.length;
+    singles.textContent = once.length ? `One value per run, in the table below (no curve to draw): ${once.join(", ")}.` : "";
     if (!names.length) {
-      grid.append(h("p", { class: "muted" }, runs.size ? "No metrics reported yet." : ""));
+      grid.append(h("p", { class: "muted" }, runs.size && !once.length ? "No metrics reported yet." : ""));
       return;
     }
     for (const name of names) {
       const div = h("div", { class: "chart", role: "img", "aria-label": `${name} of ${[...runs.keys()].join(", ")}`, dataset: { metric: name } });
-      grid.append(div);
-      charts.set(name, div);
+      const note = h("p", { class: "chart-note", hidden: true });
+      grid.append(h("div", { class: "chart-box" }, div, note));
+      charts.set(name, { div, note });
     }
     loadPlotly().then(drawAll).catch((err) => replace(grid, h("p", { class: "bad" }, `Charts are unavailable: ${err.message}`)));
   }
 
   function drawAll() {
-    for (const [name, div] of charts) {
+    for (const [name, { div, note }] of charts) {
       const traces = [];
+      const values = [];
+      const shown = [];
       keys.forEach((key, i) => {
         const run = runs.get(key);
         if (!run || !run.series[name]) return;
         traces.push(...seriesTraces(run.series[name], { name: key, color: PALETTE[i % PALETTE.length], smoothing: prefs.smoothing }));
+        values.push(...columns(run.series[name]).values);
+        shown.push(key);
       });
       div.dataset.traces = String(traces.filter((t) => t.yaxis !== "y2" && !(prefs.smoothing && t.opacity < 1)).length);
-      draw(div, traces, chartLayout({ title: name, log: prefs.log, legend: true, height: 260 })).catch(() => {});
+      const scale = chooseScale(values, prefs.log);
+      note.hidden = !scale.note;
+      note.textContent = scale.note || "";
+      const layout = chartLayout({ title: name, log: scale.log, range: scale.range, legend: true, legendRows: legendRows(shown, div.clientWidth), height: 260 });
+      draw(div, traces, layout).catch(() => {});
     }
   }
 
@@ -164,7 +186,8 @@ export function renderCompare(main, keys) {
     section("Final metrics (last value)");
     for (const m of names) {
       const values = cols.map((k) => finalValue(runs.get(k), m));
-      row(m, values.map((v) => ({ text: fmtNum(v, 5) })), pickBest(values, betterDirection(m)));
+      const blown = cols.map((k) => wentNonFinite(runs.get(k), m));
+      row(m, values.map((v) => ({ text: fmtNum(v, 5) })), pickBest(values.map((v, i) => (blown[i] ? null : v)), betterDirection(m)));
     }
     const directed = names.filter((m) => betterDirection(m) !== 0);
     if (directed.length) {
@@ -172,7 +195,10 @@ export function renderCompare(main, keys) {
       for (const m of directed) {
         const dir = betterDirection(m);
         const values = cols.map((k) => bestValue(runs.get(k), m, dir));
-        row(`${m} (${dir < 0 ? "min" : "max"})`, values.map((v) => ({ text: fmtNum(v, 5) })), pickBest(values, dir));
+        // a run that went NaN/Inf has no best to stand on (its "min 0" is the blow-up, not learning)
+        const blown = cols.map((k) => wentNonFinite(runs.get(k), m));
+        row(`${m} (${dir < 0 ? "min" : "max"})`, values.map((v, i) => ({ text: `${fmtNum(v, 5)}${blown[i] ? " (went NaN/Inf)" : ""}` })),
+          pickBest(values.map((v, i) => (blown[i] ? null : v)), dir));
       }
     }
     tableHolder.replaceChildren(h("table", { class: "compare" },
@@ -208,7 +234,7 @@ export function renderCompare(main, keys) {
       destroyed = true;
       unsubscribe();
       clearTimeout(timer);
-      if (window.Plotly) for (const div of charts.values()) window.Plotly.purge(div);
+      if (window.Plotly) for (const { div } of charts.values()) window.Plotly.purge(div);
     },
   };
 }
@@ -218,6 +244,14 @@ function finalValue(run, metric) {
   if (series && series.length) return num(series[series.length - 1].last);
   const v = run.view.metrics ? run.view.metrics[metric] : undefined;
   return v === undefined ? null : num(v);
+}
+
+/** Whether a run's metric held a NaN or an infinity at some point (then diverged). */
+function wentNonFinite(run, metric) {
+  const series = run.series[metric] || [];
+  if (series.some((p) => p.nonfinite > 0 || (num(p.last) !== null && !Number.isFinite(num(p.last))))) return true;
+  const v = run.view.metrics ? num(run.view.metrics[metric]) : null;
+  return v !== null && !Number.isFinite(v);
 }
 
 function bestValue(run, metric, dir) {

@@ -18,7 +18,8 @@ export function fmtNum(value, digits = 4) {
   if (!Number.isFinite(v)) return v > 0 ? "+Inf" : "-Inf";
   if (v === 0) return "0";
   const a = Math.abs(v);
-  if (a >= 1e6 || a < 1e-3) return v.toExponential(Math.max(digits - 2, 1));
+  // 3.3e+15, not 3.300e+15: the mantissa keeps only the digits it needs
+  if (a >= 1e6 || a < 1e-3) return v.toExponential(Math.max(digits - 2, 1)).replace(/\.?0+e/, "e");
   return String(Number(v.toPrecision(digits)));
 }
 
@@ -54,6 +55,16 @@ export function fmtClock(epochSeconds) {
   const time = d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
   if (d.toDateString() === now.toDateString()) return time;
   return `${d.toLocaleDateString("en-GB", { weekday: "short", day: "numeric", month: "short" })} ${time}`;
+}
+
+/** A finish time short enough for a list cell: "14:05" today, "Tue 14:05" within the week, else "3 Mar". */
+export function fmtFinish(epochSeconds) {
+  if (epochSeconds === null || epochSeconds === undefined) return DASH;
+  const d = new Date(epochSeconds * 1000);
+  const time = d.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
+  if (d.toDateString() === new Date().toDateString()) return time;
+  if (epochSeconds - Date.now() / 1000 < 6 * 86400) return `${d.toLocaleDateString("en-GB", { weekday: "short" })} ${time}`;
+  return d.toLocaleDateString("en-GB", { day: "numeric", month: "short" });
 }
 
 export function fmtDateTime(epochSeconds) {
@@ -115,4 +126,48 @@ export function metricOrder(names) {
     return 5;
   };
   return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+}
+
+/** A span of data a verdict looked at: {"seconds": 30, "steps": 574} reads "30s, 574 steps". */
+export function fmtWindow(window) {
+  if (window === null || window === undefined) return DASH;
+  if (typeof window !== "object") return fmtValue(window);
+  const parts = [];
+  if (window.seconds !== undefined && window.seconds !== null) parts.push(fmtDuration(window.seconds));
+  if (window.steps !== undefined && window.steps !== null) parts.push(`${fmtInt(window.steps)} steps`);
+  if (window.windows !== undefined && window.windows !== null) parts.push(`${fmtInt(window.windows)} report${window.windows === 1 ? "" : "s"}`);
+  for (const [k, v] of Object.entries(window)) if (!["seconds", "steps", "windows"].includes(k)) parts.push(`${k.replaceAll("_", " ")} ${fmtValue(v)}`);
+  return parts.length ? parts.join(", ") : DASH;
+}
+
+/** Any value the server sends as data, for reading: numbers rounded, times as times, objects as "key value" lists. */
+export function fmtValue(value, key = "") {
+  if (value === null || value === undefined) return DASH;
+  if (typeof value === "number" && /since|_at$|^t$/.test(key) && value > 1e9) return fmtDateTime(value);
+  if (typeof value === "number" || num(value) !== null) return fmtNum(value);
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (Array.isArray(value)) return value.map((v) => fmtValue(v)).join(", ");
+  if (typeof value === "object") return Object.entries(value).map(([k, v]) => `${k.replaceAll("_", " ")} ${fmtValue(v, k)}`).join(", ");
+  return String(value);
+}
+
+// what each piece of a health verdict's evidence is, in the order a person reads them
+const EVIDENCE_LABELS = {
+  metric: "Metric", window: "Measured over", observed: "Observed", threshold: "Threshold",
+  level: "Level (recent mean)", best: "Best smoothed level earlier", best_step: "… at step",
+  gain: "Improvement per window", noise: "Noise (standard error)", noise_z: "Noise multiple needed",
+  learning_rate: "Learning rate", eval_metric: "Evaluation metric", eval_gain: "Evaluation improvement",
+  eval_noise: "Evaluation noise", rank: "Rank", recovered_from: "Recovered from", since: "Since",
+};
+
+/** A verdict's evidence (its message aside) as [label, text] pairs, every value formatted. */
+export function evidenceFacts(evidence) {
+  const entries = Object.entries(evidence || {}).filter(([k, v]) => k !== "message" && v !== null && v !== undefined);
+  const order = Object.keys(EVIDENCE_LABELS);
+  const rank = (k) => (order.includes(k) ? order.indexOf(k) : order.length);
+  entries.sort((a, b) => rank(a[0]) - rank(b[0]));
+  return entries.map(([k, v]) => [
+    EVIDENCE_LABELS[k] || k.replaceAll("_", " "),
+    k === "window" ? fmtWindow(v) : k.endsWith("_step") ? fmtInt(v) : k === "recovered_from" ? healthLabel(v) : fmtValue(v, k),
+  ]);
 }

@@ -4,12 +4,11 @@
 
 import { h, replace, setAttr, setText, svg } from "./dom.js";
 import {
-  DASH, ENDED, HEALTH_SEVERITY, HEALTH_STATES, JOB_STATES, fmtClock, fmtDuration, fmtMoney, fmtNum, fmtOf,
-  fmtPercent, healthLabel, lossMetric, num, stateClass,
+  DASH, ENDED, HEALTH_SEVERITY, HEALTH_STATES, JOB_STATES, fmtDateTime, fmtDuration, fmtFinish, fmtMoney, fmtNum,
+  fmtOf, fmtPercent, healthLabel, lossMetric, num, stateClass,
 } from "./format.js";
 import { dropPendingSparks, loadJobs, state, subscribe, wantSpark } from "./state.js";
 
-const ROW_H = 40;
 const OVERSCAN = 8;
 const THROTTLE_MS = 250;
 
@@ -26,6 +25,11 @@ const ui = {
 };
 
 const now = () => Date.now() / 1000;
+
+/** The height of a row: the stylesheet's --row-h (taller on a narrow screen, where cells hold two lines). */
+function rowHeight() {
+  return parseFloat(getComputedStyle(document.documentElement).getPropertyValue("--row-h")) || 40;
+}
 
 /** Start the list on a filter (the admin view links to a namespace). */
 export function presetFilter({ namespace }) {
@@ -46,14 +50,14 @@ function lossOf(job) {
 
 // the columns: id, header, how to sort (null last whatever the direction), the server's sort key
 const COLUMNS = [
-  { id: "name", label: "Name", key: (j) => j.name, server: "name" },
+  { id: "name", label: "Name", sub: "namespace", key: (j) => j.name, server: "name" },
   { id: "namespace", label: "Namespace", key: (j) => j.namespace, server: "namespace" },
-  { id: "state", label: "State", key: (j) => JOB_STATES.indexOf(j.state), server: "state" },
+  { id: "state", label: "State", sub: "health", key: (j) => JOB_STATES.indexOf(j.state), server: "state" },
   { id: "health", label: "Health", key: (j) => HEALTH_SEVERITY[j.health.state] ?? 9 },
-  { id: "progress", label: "Progress", key: (j) => j.progress.percent, server: "progress" },
+  { id: "progress", label: "Progress", sub: "step", key: (j) => j.progress.percent, server: "progress" },
   { id: "step", label: "Step", key: (j) => j.progress.step, server: "step" },
   { id: "epoch", label: "Epoch", key: (j) => j.progress.epoch },
-  { id: "eta", label: "ETA / finish", key: (j) => remaining(j), server: "eta" },
+  { id: "eta", label: "ETA", wide: " / finish", key: (j) => remaining(j), server: "eta" },
   { id: "loss", label: "Loss", key: (j) => { const v = lossOf(j); return v === null || Number.isNaN(v) ? null : v; } },
   { id: "cost", label: "Cost", key: (j) => j.cost.spent },
   { id: "age", label: "Age", key: (j) => -j.times.created, server: "created" },
@@ -123,12 +127,16 @@ export function renderJobs(main) {
   const headerCells = [h("th", { scope: "col", class: "c-select" }, h("span", { class: "sr" }, "Select"))];
   const sortButtons = new Map();
   for (const col of COLUMNS) {
-    const button = h("button", { type: "button", class: "sort", onclick: () => sortBy(col.id) }, col.label);
+    const button = h("button", { type: "button", class: "sort", onclick: () => sortBy(col.id) }, col.label,
+      col.wide ? h("span", { class: "wide" }, col.wide) : null);
     sortButtons.set(col.id, button);
-    headerCells.push(h("th", { scope: "col", class: `c-${col.id}` }, button));
+    // on a narrow screen a column also shows the one it took in (the namespace under the name...)
+    headerCells.push(h("th", { scope: "col", class: `c-${col.id}` }, button, col.sub ? h("span", { class: "sub" }, ` / ${col.sub}`) : null));
   }
-  const topSpacer = h("tr", { class: "spacer", "aria-hidden": "true" }, h("td", { colspan: COLUMNS.length + 1 }));
-  const bottomSpacer = h("tr", { class: "spacer", "aria-hidden": "true" }, h("td", { colspan: COLUMNS.length + 1 }));
+  // one cell without a colspan: a spacer spanning every column would keep the columns a narrow screen hides
+  // (display: none) in the table's grid, sharing out the width the name should get
+  const topSpacer = h("tr", { class: "spacer", "aria-hidden": "true" }, h("td"));
+  const bottomSpacer = h("tr", { class: "spacer", "aria-hidden": "true" }, h("td"));
   const tbody = h("tbody", null, topSpacer, bottomSpacer);
   const table = h("table", { class: "jobs", "aria-label": "Jobs", "data-testid": "jobs" },
     h("thead", null, h("tr", null, headerCells)), tbody);
@@ -238,10 +246,11 @@ export function renderJobs(main) {
       needOrder = false;
     }
     const viewport = wrap.clientHeight || 600;
-    const first = Math.max(0, Math.floor(wrap.scrollTop / ROW_H) - OVERSCAN);
-    const last = Math.min(order.length, first + Math.ceil(viewport / ROW_H) + 2 * OVERSCAN);
-    topSpacer.style.height = `${first * ROW_H}px`;
-    bottomSpacer.style.height = `${(order.length - last) * ROW_H}px`;
+    const rowH = rowHeight();
+    const first = Math.max(0, Math.floor(wrap.scrollTop / rowH) - OVERSCAN);
+    const last = Math.min(order.length, first + Math.ceil(viewport / rowH) + 2 * OVERSCAN);
+    topSpacer.style.height = `${first * rowH}px`;
+    bottomSpacer.style.height = `${(order.length - last) * rowH}px`;
     const needed = last - first;
     while (pool.length < needed) {
       const tr = makeRow();
@@ -292,9 +301,10 @@ export function renderJobs(main) {
     const index = Number(tr.dataset.index) + (e.key === "ArrowDown" ? 1 : -1);
     if (index < 0 || index >= order.length) return;
     const cellIndex = e.target.closest("td").cellIndex;
-    const rowTop = index * ROW_H;
-    if (rowTop < wrap.scrollTop + ROW_H) wrap.scrollTop = Math.max(0, rowTop - ROW_H);
-    else if (rowTop + ROW_H > wrap.scrollTop + wrap.clientHeight - ROW_H) wrap.scrollTop = rowTop + 2 * ROW_H - wrap.clientHeight;
+    const rowH = rowHeight();
+    const rowTop = index * rowH;
+    if (rowTop < wrap.scrollTop + rowH) wrap.scrollTop = Math.max(0, rowTop - rowH);
+    else if (rowTop + rowH > wrap.scrollTop + wrap.clientHeight - rowH) wrap.scrollTop = rowTop + 2 * rowH - wrap.clientHeight;
     render();
     const target = pool.find((r) => Number(r.dataset.index) === index);
     const focusable = target && target.cells[cellIndex].querySelector("a, input");
@@ -320,13 +330,14 @@ function makeRow() {
   const checkbox = h("input", { type: "checkbox" });
   const link = h("a", { class: "job-link" });
   const bar = h("div", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100" }, h("div", { class: "fill" }));
+  // .sub: what a narrow screen shows of a hidden column under another one (see app.css)
   return h("tr", null,
     h("td", { class: "c-select" }, checkbox),
-    h("td", { class: "c-name" }, link),
+    h("td", { class: "c-name" }, link, h("span", { class: "sub" })),
     h("td", { class: "c-namespace" }),
-    h("td", { class: "c-state" }, h("span", { class: "badge" })),
+    h("td", { class: "c-state" }, h("span", { class: "badge" }), h("span", { class: "badge sub" })),
     h("td", { class: "c-health" }, h("span", { class: "badge" })),
-    h("td", { class: "c-progress" }, bar, h("span", { class: "pct" })),
+    h("td", { class: "c-progress" }, h("div", null, bar, h("span", { class: "pct" })), h("span", { class: "sub" })),
     h("td", { class: "c-step num" }),
     h("td", { class: "c-epoch num" }),
     h("td", { class: "c-eta" }, h("span", { class: "eta" }), h("span", { class: "finish" })),
@@ -350,30 +361,41 @@ function fillRow(tr, job, index, t) {
   const link = c[1].firstChild;
   setAttr(link, "href", `#/?job=${encodeURIComponent(key)}`);
   setText(link, job.name);
+  setAttr(link, "title", key);
+  setText(c[1].lastChild, job.namespace);
   setText(c[2], job.namespace);
+  setAttr(c[2], "title", job.namespace);
   const stateBadge = c[3].firstChild;
   setAttr(stateBadge, "class", `badge ${stateClass("s", job.state, JOB_STATES)}`);
   setText(stateBadge, job.state);
+  const healthClass = `badge ${stateClass("h", job.health.state, HEALTH_STATES)}`;
+  setAttr(c[3].lastChild, "class", `${healthClass} sub`);
+  setText(c[3].lastChild, healthLabel(job.health.state));
   const healthBadge = c[4].firstChild;
-  setAttr(healthBadge, "class", `badge ${stateClass("h", job.health.state, HEALTH_STATES)}`);
+  setAttr(healthBadge, "class", healthClass);
   setText(healthBadge, healthLabel(job.health.state));
   const percent = job.progress.percent;
-  const bar = c[5].firstChild;
+  const bar = c[5].firstChild.firstChild;
   bar.firstChild.style.width = `${percent ?? 0}%`;
   setAttr(bar, "aria-valuenow", percent === null ? 0 : Math.round(percent));
   setAttr(bar, "aria-label", `${job.name} progress`);
-  setText(c[5].lastChild, fmtPercent(percent));
-  setText(c[6], fmtOf(job.progress.step, job.progress.total_steps));
+  setText(c[5].firstChild.lastChild, fmtPercent(percent));
+  const steps = fmtOf(job.progress.step, job.progress.total_steps);
+  setText(c[5].lastChild, steps);
+  setText(c[6], steps);
+  setAttr(c[6], "title", steps);
   const ep = job.progress;
   setText(c[7], ep.epoch === null ? DASH : `${fmtNum(ep.epoch, 3)}${ep.total_epochs ? ` / ${fmtNum(ep.total_epochs, 3)}` : ""}`);
   const rest = remaining(job, t);
   setText(c[8].firstChild, ENDED.has(job.state) ? DASH : fmtDuration(rest));
-  setText(c[8].lastChild, rest === null || ENDED.has(job.state) ? "" : fmtClock(t + rest));
+  const finish = rest === null || ENDED.has(job.state) ? null : t + rest;
+  setText(c[8].lastChild, finish === null ? "" : fmtFinish(finish));
+  setAttr(c[8], "title", finish === null ? "" : `finishes ${fmtDateTime(finish)}`);
   const metric = lossMetric(job.metrics);
   const loss = metric ? job.metrics[metric] : null;
   const lossCell = c[9].firstChild;
   setText(lossCell, fmtNum(loss));
-  setAttr(lossCell, "title", metric || "");
+  setAttr(lossCell, "title", metric ? `${metric} ${fmtNum(loss, 8)}` : "");
   lossCell.classList.toggle("nonfinite", loss !== null && !Number.isFinite(num(loss)));
   drawSpark(c[9].lastChild, key);
   setText(c[10], fmtMoney(job.cost.spent));
@@ -387,7 +409,7 @@ function drawSpark(holder, key) {
   if (holder.dataset.sig === sig) return;
   holder.dataset.sig = sig;
   const finite = spark.values.filter(Number.isFinite);
-  const W = 56;
+  const W = 48;
   const H = 16;
   const lo = Math.min(...finite);
   const hi = Math.max(...finite);

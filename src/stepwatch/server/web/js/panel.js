@@ -2,11 +2,11 @@
 // events, hyperparameters, and the actions (checkpoint, stop) with a confirmation.
 
 import { getJSON, historyPath, jobPath, postJSON, putJSON } from "./api.js";
-import { chartLayout, draw, loadPlotly, seriesTraces } from "./charts.js";
+import { chartLayout, chooseScale, columns, draw, loadPlotly, seriesTraces } from "./charts.js";
 import { h, replace } from "./dom.js";
 import {
-  DASH, ENDED, HEALTH_STATES, JOB_STATES, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf, fmtPercent,
-  healthLabel, metricOrder, stateClass,
+  DASH, ENDED, HEALTH_STATES, JOB_STATES, evidenceFacts, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf,
+  fmtPercent, healthLabel, metricOrder, stateClass,
 } from "./format.js";
 import { remaining } from "./list.js";
 import { state, subscribe } from "./state.js";
@@ -205,7 +205,7 @@ class Panel {
         h("div", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(Math.round(percent ?? 0)), "aria-label": "Progress" },
           h("div", { class: "fill", style: { width: `${percent ?? 0}%` } })),
         h("span", { class: "pct", "data-testid": "panel-percent" }, fmtPercent(percent))),
-      h("dl", { class: "facts" }, items.map(([k, val]) => [h("dt", null, k), h("dd", null, val)])),
+      facts(items, { "data-testid": "progress-facts" }),
       this.ranksTable());
   }
 
@@ -222,13 +222,13 @@ class Panel {
   renderHealth() {
     const health = this.view.health;
     const ev = health.evidence || {};
-    const details = Object.entries(ev).filter(([k]) => k !== "message");
+    const details = evidenceFacts(ev);
     replace(this.health,
       h("h3", { id: "p-health" }, "Health"),
       h("p", null, h("span", { class: `badge ${stateClass("h", health.state, HEALTH_STATES)}` }, healthLabel(health.state)),
         health.since ? ` since ${fmtDateTime(health.since)}` : ""),
       ev.message ? h("p", { class: "evidence", "data-testid": "evidence" }, String(ev.message)) : null,
-      details.length ? h("dl", { class: "facts small" }, details.map(([k, val]) => [h("dt", null, k), h("dd", null, showValue(k, val))])) : null);
+      details.length ? facts(details, { class: "facts small" }) : null);
   }
 
   renderCost() {
@@ -238,11 +238,12 @@ class Panel {
     replace(this.cost,
       h("h3", { id: "p-cost" }, "Cost"),
       known
-        ? h("dl", { class: "facts", "data-testid": "cost" },
-          h("dt", null, "Rate"), h("dd", null, `${fmtMoney(c.rate_per_hour)}/h (${fmtNum(r.gpus, 3)} GPU × ${fmtMoney(r.gpu_hour_cost)})`),
-          h("dt", null, "Spent"), h("dd", null, fmtMoney(c.spent)),
-          h("dt", null, "Projected"), h("dd", null, fmtMoney(c.projected)),
-          h("dt", null, "Wasted"), h("dd", { class: c.wasted ? "bad" : "" }, fmtMoney(c.wasted), c.wasted_since ? ` since ${fmtClock(c.wasted_since)}` : ""))
+        ? facts([
+          ["Rate", `${fmtMoney(c.rate_per_hour)}/h (${fmtNum(r.gpus, 3)} GPU × ${fmtMoney(r.gpu_hour_cost)})`],
+          ["Spent", fmtMoney(c.spent)],
+          ["Projected", fmtMoney(c.projected)],
+          ["Wasted", `${fmtMoney(c.wasted)}${c.wasted_since ? ` since ${fmtClock(c.wasted_since)}` : ""}`, { class: c.wasted >= 0.005 ? "bad" : "" }], // red from a cent: "$0.00" in red reads as an alarm
+        ], { class: "facts one", "data-testid": "cost" })
         : h("p", { class: "muted" }, "Unknown: the job did not say its GPUs and their price (stepwatch run --gpus N --gpu-hour-cost USD)."));
   }
 
@@ -318,7 +319,7 @@ class Panel {
       h("p", { class: "muted" }, "What stepwatch does when this job goes bad. The job's choice wins over its namespace's and the server's."),
       h("table", { class: "small kv" }, h("tbody", null, rows)),
       h("p", null, dry, h("label", { for: "pol-dry" }, " dry run (record what would happen, do nothing)")),
-      fired.length ? h("p", null, `Acted on: ${fired.map(([k, v]) => `${k} (${typeof v === "object" ? JSON.stringify(v) : v})`).join(", ")}`) : null);
+      fired.length ? h("p", null, `Acted on: ${fired.map(([k, v]) => firedText(k, v)).join("; ")}`) : null);
   }
 
   buildCharts(names) {
@@ -337,8 +338,9 @@ class Panel {
 
   addChart(name) {
     const div = h("div", { class: "chart", role: "img", "aria-label": `Chart of ${name}`, dataset: { metric: name } });
-    this.chartGrid.append(div);
-    this.charts.set(name, { div, drawn: false, dirty: true, visible: false });
+    const note = h("p", { class: "chart-note", hidden: true });
+    this.chartGrid.append(h("div", { class: "chart-box" }, div, note));
+    this.charts.set(name, { div, note, drawn: false, dirty: true, visible: false });
     this.observer.observe(div);
   }
 
@@ -350,7 +352,11 @@ class Panel {
     chart.dirty = false;
     chart.drawn = true;
     const traces = seriesTraces(this.series[name] || [], { name, xAxis: chartPrefs.xAxis, smoothing: chartPrefs.smoothing, band: chartPrefs.band });
-    const layout = chartLayout({ title: name, xAxis: chartPrefs.xAxis, log: chartPrefs.log });
+    // a blow-up (1e34) would flatten the rest of the curve: a log scale or a clipped range, said under the chart
+    const scale = chooseScale(columns(this.series[name] || []).values, chartPrefs.log);
+    chart.note.hidden = !scale.note;
+    chart.note.textContent = scale.note || "";
+    const layout = chartLayout({ title: name, xAxis: chartPrefs.xAxis, log: scale.log, range: scale.range });
     chart.div.dataset.points = String((this.series[name] || []).length);
     draw(chart.div, traces, layout).catch(() => {});
   }
@@ -488,6 +494,20 @@ class Panel {
     this.el.replaceChildren();
     if (this.returnFocus && document.contains(this.returnFocus)) this.returnFocus.focus();
   }
+}
+
+/** Facts as a definition list, each label and its value one grid item (they stay side by side at any width). */
+function facts(items, attrs = {}) {
+  return h("dl", { class: "facts", ...attrs }, items.map(([label, value, ddAttrs]) =>
+    h("div", null, h("dt", null, label), h("dd", ddAttrs || null, value))));
+}
+
+/** What a policy did on a trigger: "diverging: stop at 6 Dec, 01:15:36" ("would stop" in a dry run). */
+function firedText(trigger, fired) {
+  const what = trigger.replaceAll("_", " ");
+  if (!fired || typeof fired !== "object") return what;
+  const action = fired.action ? `${fired.dry_run ? "would " : ""}${String(fired.action).replaceAll("_", " then ")}` : "acted";
+  return `${what}: ${action}${fired.t ? ` at ${fmtDateTime(fired.t)}` : ""}`;
 }
 
 function showValue(key, value) {
