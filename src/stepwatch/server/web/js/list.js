@@ -5,7 +5,7 @@
 import { h, replace, setAttr, setText, svg } from "./dom.js";
 import {
   DASH, ENDED, HEALTH_SEVERITY, HEALTH_STATES, JOB_STATES, fmtClock, fmtDuration, fmtMoney, fmtNum, fmtOf,
-  fmtPercent, healthLabel, lossMetric, num, stateClass,
+  fmtProgress, healthLabel, lossMetric, num, stateClass,
 } from "./format.js";
 import { dropPendingSparks, loadJobs, state, subscribe, wantSpark } from "./state.js";
 
@@ -362,7 +362,7 @@ function fillRow(tr, job, index, t) {
   bar.firstChild.style.width = `${percent ?? 0}%`;
   setAttr(bar, "aria-valuenow", percent === null ? 0 : Math.round(percent));
   setAttr(bar, "aria-label", `${job.name} progress`);
-  setText(c[5].lastChild, fmtPercent(percent));
+  setText(c[5].lastChild, fmtProgress(job.state, percent));
   setText(c[6], fmtOf(job.progress.step, job.progress.total_steps));
   const ep = job.progress;
   setText(c[7], ep.epoch === null ? DASH : `${fmtNum(ep.epoch, 3)}${ep.total_epochs ? ` / ${fmtNum(ep.total_epochs, 3)}` : ""}`);

@@ -5,7 +5,7 @@ import { getJSON, historyPath, jobPath, postJSON, putJSON } from "./api.js";
 import { chartLayout, draw, loadPlotly, seriesTraces } from "./charts.js";
 import { h, replace } from "./dom.js";
 import {
-  DASH, ENDED, HEALTH_STATES, JOB_STATES, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf, fmtPercent,
+  DASH, ENDED, HEALTH_STATES, JOB_STATES, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf, fmtProgress,
   healthLabel, metricOrder, stateClass,
 } from "./format.js";
 import { remaining } from "./list.js";
@@ -204,7 +204,7 @@ class Panel {
       h("div", { class: "big-progress" },
         h("div", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(Math.round(percent ?? 0)), "aria-label": "Progress" },
           h("div", { class: "fill", style: { width: `${percent ?? 0}%` } })),
-        h("span", { class: "pct", "data-testid": "panel-percent" }, fmtPercent(percent))),
+        h("span", { class: "pct", "data-testid": "panel-percent" }, fmtProgress(v.state, percent))),
       h("dl", { class: "facts" }, items.map(([k, val]) => [h("dt", null, k), h("dd", null, val)])),
       this.ranksTable());
   }
@@ -375,7 +375,10 @@ class Panel {
       if (ENDED.has(detail.job.state)) {
         this.view.pending_commands = [];
         this.renderPending();
-        if (this.status.textContent.includes("queued")) this.status.textContent = `The job has ${detail.job.state}.`;
+        if (this.status.textContent.includes("queued")) {
+          const short = fmtProgress(detail.job.state, detail.job.progress.percent);
+          this.status.textContent = `The job has ${detail.job.state}${short.startsWith("ended at") ? ` (${short})` : ""}.`;
+        }
       }
       this.renderHead();
       this.renderProgress();
