@@ -405,6 +405,14 @@ def _stepping_time(
     Chunks of at least ``params.chunk`` seconds are taken from the newest backwards, up to
     ``params.window`` seconds; an older chunk that disagrees with the window so far ends it.
     """
+    # A young segment (a start, a resume) has less than a few chunks of stepping: its chunks are
+    # shorter (a quarter of what there is, with at least 20 steps), so that a warm-up that just ended
+    # leaves the window within seconds rather than minutes.
+    stepping = sum(dt for dt, _ in moving)
+    steps = sum(ds for _, ds in moving)
+    chunk = params.chunk
+    if steps and stepping < 4 * params.chunk:
+        chunk = max(stepping / 4, 20 * stepping / steps, min(params.chunk, params.min_pause))
     chunks: list[tuple[float, int]] = []
     span = 0.0
     dt_sum = 0.0
@@ -412,13 +420,13 @@ def _stepping_time(
     for dt, ds in reversed(moving):
         dt_sum += dt
         ds_sum += ds
-        if dt_sum >= params.chunk:
+        if dt_sum >= chunk:
             chunks.append((dt_sum, ds_sum))
             span += dt_sum
             dt_sum, ds_sum = 0.0, 0
             if span >= params.window:
                 break
-    if ds_sum and (not chunks or dt_sum >= params.chunk / 2):
+    if ds_sum and (not chunks or dt_sum >= chunk / 2):
         chunks.append((dt_sum, ds_sum))  # the oldest, partial chunk
     if not chunks:
         return None, None, None, 0.0
