@@ -338,7 +338,9 @@ CASES = {
         4800,
         "recent_rate",
         # the window is 598 s of stepping: the first 2 s (step 0 to 8) are the start's, not a rate
-        check=lambda e: e.overdue_seconds == pytest.approx(270.0) and e.eta_seconds == pytest.approx(600 * (1 + 270 / 598)),
+        check=lambda e: (
+            e.overdue_seconds == pytest.approx(270.0) and e.eta_seconds == pytest.approx(600 * (1 + 270 / 598))
+        ),
         kwargs={"now": 900.0},
     ),
     "stall past the threshold": Case(STEADY, 4800, "stalled", kwargs={"now": 600.0 + 30 + 601}),

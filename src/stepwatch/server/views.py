@@ -46,7 +46,6 @@ def progress_percent(job: Job) -> float | None:
     return None
 
 
-
 def remaining_seconds(job: Job, now: float) -> float | None:
     """Seconds left: the last estimate counted down since it was made (``None`` once the job ended)."""
     if job.state in ("finished", "failed", "stopped"):

@@ -109,7 +109,9 @@ class SqlStore(Store):
         if state != "finished":
             return state, reason
         rows = conn.execute(
-            self._sql("SELECT reason FROM commands WHERE job_id = ? AND kind = 'stop' ORDER BY created_at DESC LIMIT 1"),
+            self._sql(
+                "SELECT reason FROM commands WHERE job_id = ? AND kind = 'stop' ORDER BY created_at DESC LIMIT 1"
+            ),
             (job_id,),
         ).fetchall()
         if not rows:
