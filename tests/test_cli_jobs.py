@@ -313,7 +313,7 @@ def test_watch_exit_codes_for_failed_stopped_and_unknown(
     _wait_for(lambda: _job(server, ns, "oom")["state"] == "failed")
     code, out, _ = _run_cli(capsys, "watch", "oom", "--server", server, "-n", ns)
     assert code == 1
-    assert out.strip() == f"{ns}/oom failed: CUDA out of memory (at step 20/100)"
+    assert out.strip() == f"{ns}/oom failed: CUDA out of memory (at step 20/100, ended at 20.0%)"
 
     run = _start(server, ns, "halted")
     run.step(loss=1.0)

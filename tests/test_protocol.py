@@ -1464,3 +1464,20 @@ def test_protocol_imports_only_the_standard_library() -> None:
     assert {"json", "math", "re"} <= top_level  # the walk did see the imports
     assert not top_level - sys.stdlib_module_names
     assert "stepwatch" not in top_level
+
+
+@pytest.mark.parametrize(
+    ("state", "percent", "text"),
+    [
+        ("finished", 49.75, "ended at 49.8%"),
+        ("failed", 20.0, "ended at 20.0%"),
+        ("stopped", 9.39, "ended at 9.4%"),
+        ("stopped", 99.99, "ended at 99.9%"),  # never rounded up to its total
+        ("finished", 100.0, None),
+        ("running", 49.75, None),
+        ("stopped", None, None),
+        ("failed", math.nan, None),
+    ],
+)
+def test_ended_short_text(state: str, percent: float | None, text: str | None) -> None:
+    assert protocol.ended_short_text(state, percent) == text

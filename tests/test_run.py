@@ -489,3 +489,26 @@ def test_repr_says_what_the_run_is() -> None:
     run.step()
     assert repr(run) == "<stepwatch.Run default/shown mode=native rank=0 step=1>"
     assert _run._current is run
+
+
+@pytest.mark.parametrize("ending", ["finish()", "with run:", "finish('failed')"])
+def test_a_run_asked_to_stop_ends_stopped(ending: str) -> None:
+    """Issue 19: once the server asked to stop, a run that ends "finished" ends "stopped" with the stop's
+    reason, whether the loop obeyed it or ran to its end; a failure stays a failure."""
+    from stepwatch.protocol import Command
+
+    transport = MemoryTransport()
+    run = stepwatch.init(job="asked", url="http://sw.test", transport=transport, interval=60)
+    run.step(loss=1.0)
+    run._on_command(Command(id="c1", kind="stop", reason="plateau"))  # as the sender hands it over
+    run._on_command(Command(id="c2", kind="checkpoint", reason="nightly"))  # a later command's reason is not the stop's
+    if ending == "with run:":
+        with run:
+            run.step(loss=0.9)
+    elif ending == "finish()":
+        assert run.finish() is True
+    else:
+        run.finish("failed", "CUDA out of memory")
+    final = _reports(transport)[-1]
+    expected = ("failed", "CUDA out of memory") if ending == "finish('failed')" else ("stopped", "plateau")
+    assert (final.state, final.reason) == expected

@@ -95,6 +95,7 @@ class Run:
         self._state: ReportState = "running"
         self._reason = ""
         self._should_stop = False
+        self._stop_reason = ""
         self._should_checkpoint = False
         self._command_reason = ""
         self._finished = False
@@ -309,6 +310,7 @@ class Run:
         self._command_reason = command.reason
         if command.kind == "stop":
             self._should_stop = True
+            self._stop_reason = command.reason
         elif command.kind == "checkpoint":
             self._should_checkpoint = True
         _logger().info(
@@ -318,7 +320,10 @@ class Run:
     def finish(self, state: FinalState = "finished", reason: str = "") -> bool:
         """End the run: send the final state and wait for it (at most the flush timeout).
 
-        Returns whether the final report was delivered. Calling it again does nothing.
+        A run the server asked to stop (:attr:`should_stop`) that ends ``finished`` ends ``stopped``,
+        with the stop's reason: the loop obeyed the stop, or ran to its end while it was asked to
+        stop; either way the job did not finish on its own. Returns whether the final report was
+        delivered. Calling it again does nothing.
         """
         if self._finished:
             return False
@@ -328,6 +333,8 @@ class Run:
                 "state", "stepwatch: finish(state=%r) is not finished/failed/stopped; using 'failed'", state
             )
             state = "failed"
+        if state == "finished" and self._should_stop:
+            state, reason = "stopped", self._stop_reason or "stop requested"
         self._state = state
         self._reason = str(reason)[:_MAX_REASON]
         self._collect = False

@@ -221,12 +221,15 @@ class KubeflowWire:
         metrics.extend(KubeflowMetric(k, _format(v)) for k, v in self._latest.items() if k not in taken)
         percent: int | None = None
         remaining: int | None = None
-        if snapshot.state == "finished":
-            percent, remaining = 100, 0
-        elif p.step is not None and p.total_steps:
+        # an ended run keeps its real progress (one that exits at step 199 of 400 ended at 49 %)
+        if p.step is not None and p.total_steps:
             percent = min(100, max(0, int(100 * p.step / p.total_steps)))
         elif p.epoch is not None and p.total_epochs:
             percent = min(100, max(0, int(100 * p.epoch / p.total_epochs)))
+        elif snapshot.state == "finished":
+            percent = 100
+        if snapshot.state == "finished":
+            remaining = 0
         if remaining is None and p.eta_seconds is not None:
             remaining = max(0, round(p.eta_seconds))
         return TrainerStatus(

@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 __all__ = [
     "API_VERSION",
     "COMMAND_KINDS",
+    "ENDED_STATES",
     "JOB_SORT_KEYS",
     "JOB_STATES",
     "LIMITS",
@@ -56,6 +57,7 @@ __all__ = [
     "decode_float",
     "encode_body",
     "encode_float",
+    "ended_short_text",
     "format_rfc3339",
     "is_valid_metric_name",
     "is_valid_name",
@@ -76,6 +78,8 @@ CommandKind = Literal["stop", "checkpoint"]
 REPORT_STATES: Final[tuple[str, ...]] = ("running", "finished", "failed", "stopped")
 JOB_STATES: Final[tuple[str, ...]] = ("pending", "running", "finished", "failed", "stopped")
 """A job's lifecycle, as the API shows it (``pending`` until its first report)."""
+ENDED_STATES: Final[frozenset[str]] = frozenset({"finished", "failed", "stopped"})
+"""The states a job ends in; its progress then stays its real step over its total."""
 JOB_SORT_KEYS: Final[tuple[str, ...]] = ("name", "namespace", "state", "progress", "step", "created", "updated", "eta")
 """What job lists can be sorted by (``-`` first for descending)."""
 COMMAND_KINDS: Final[tuple[str, ...]] = ("stop", "checkpoint")
@@ -205,6 +209,18 @@ def validate_metric_name(name: object, field: str = "name") -> str:
 
 
 _NONFINITE_IN: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def ended_short_text(state: str, percent: float | None) -> str | None:
+    """``"ended at 49.8%"`` for a job that ended (finished, failed or stopped) short of its total, else ``None``.
+
+    Every reader (the CLI, the SDK, the dashboard's copy of this rule) says it the same way: a script
+    that exits at step 199 of 400 ended at 49.8 %, whether the runner records it finished or failed.
+    Rounded half up to a tenth, and never to 100.0 (the job did not reach its total).
+    """
+    if state not in ENDED_STATES or percent is None or not math.isfinite(percent) or percent >= 100.0:
+        return None
+    return f"ended at {min(math.floor(max(percent, 0.0) * 10 + 0.5) / 10, 99.9):.1f}%"
 
 
 def encode_float(value: float) -> float | str:

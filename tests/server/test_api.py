@@ -1387,7 +1387,7 @@ def test_jobs_are_filtered_by_namespace_state_text_and_progress(
     everything = api.jobs()
     assert everything["total"] == 6
     percent = {j["name"]: j["progress"]["percent"] for j in everything["items"]}
-    assert percent == {"alpha": 10.0, "bravo": 7.5, "charlie": 100.0, "delta": None, "echo": 30.0, "foxtrot": 20.0}
+    assert percent == {"alpha": 10.0, "bravo": 7.5, "charlie": 40.0, "delta": None, "echo": 30.0, "foxtrot": 20.0}
     assert _names(everything) == ["foxtrot", "echo", "charlie", "bravo", "alpha", "delta"]  # -updated by default
 
     def names(path: str = "/api/v1/jobs", **params: Any) -> set[str]:
@@ -1405,8 +1405,8 @@ def test_jobs_are_filtered_by_namespace_state_text_and_progress(
     assert names(text="char") == {"charlie"}
     assert names(text="TEAM-B") == {"bravo", "echo"}  # names are lowercase: the search is too
     assert names(text="%") == set()  # not a LIKE pattern
-    assert names(min_progress=20, max_progress=80) == {"echo", "foxtrot"}
-    assert names(min_progress=100) == {"charlie"}
+    assert names(min_progress=20, max_progress=80) == {"charlie", "echo", "foxtrot"}  # charlie ended at 40 %
+    assert names(min_progress=100) == set()
     assert names(max_progress=10) == {"alpha", "bravo"}
     assert names(min_progress=0) == {"alpha", "bravo", "charlie", "echo", "foxtrot"}  # unknown progress is no match
     assert names("/api/v1/namespaces/team-b/jobs", state="failed", text="ec", min_progress=30) == {"echo"}

@@ -656,3 +656,37 @@ def test_params_of_later_reports_add_to_the_first(store: Store, report: Callable
     job = store.ingest_report(job, report(2, 2, params={"lr": 0.2}), 2.0).job
     assert job.params == {"lr": 0.2, "batch": 32}
     assert store.job_by_id(job.id).params == {"lr": 0.2, "batch": 32}  # type: ignore[union-attr]
+
+
+def test_a_stop_asked_for_ends_stopped_on_every_path(store: Store, report: Callable[..., Report]) -> None:
+    """Issue 19: a job asked to stop that then says ``finished`` (its report, or the runner) ends
+    ``stopped`` with the stop's reason; a failure stays failed; the runner's ``stopped`` replaces a
+    report's ``finished``."""
+    reported = store.register("ns", "reported", token_hash="h1", now=1.0, total_steps=100)
+    reported = store.ingest_report(reported, report(1, 10), 2.0).job
+    store.add_command(reported, "stop", "plateau", 3.0)
+    ended = store.ingest_report(reported, report(2, 12, state="finished"), 4.0).job
+    assert (ended.state, ended.reason) == ("stopped", "plateau")
+    ended = store.set_state(ended, "finished", 5.0, "", exit_code=0)  # the runner, which did not see the stop
+    assert (ended.state, ended.reason) == ("stopped", "plateau")
+    assert [e.kind for e in store.events(job_id=ended.id)].count("stopped") == 1
+
+    runner = store.register("ns", "runner", token_hash="h2", now=1.0)
+    runner = store.ingest_report(runner, report(1, 10), 2.0).job
+    store.add_command(runner, "stop", "budget", 3.0)
+    assert store.set_state(runner, "finished", 4.0, "", exit_code=0).state == "stopped"
+
+    failing = store.register("ns", "failing", token_hash="h3", now=1.0)
+    failing = store.ingest_report(failing, report(1, 10), 2.0).job
+    store.add_command(failing, "stop", "budget", 3.0)
+    assert store.set_state(failing, "failed", 4.0, "exit code 1", exit_code=1).state == "failed"
+
+    interrupted = store.register("ns", "interrupted", token_hash="h4", now=1.0)
+    interrupted = store.ingest_report(interrupted, report(1, 10), 2.0).job
+    interrupted = store.ingest_report(interrupted, report(2, 11, state="finished"), 3.0).job
+    assert interrupted.state == "finished"  # no stop asked: the report's word stands...
+    assert store.set_state(interrupted, "stopped", 4.0, "interrupted (Ctrl-C)", exit_code=0).state == "stopped"
+
+    plain = store.register("ns", "plain", token_hash="h5", now=1.0)
+    plain = store.ingest_report(plain, report(1, 10, state="finished"), 2.0).job
+    assert store.set_state(plain, "finished", 3.0, "", exit_code=0).state == "finished"  # ...and nothing else

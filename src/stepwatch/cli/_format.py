@@ -14,6 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, TextIO
 
+from ..protocol import ended_short_text
+
 __all__ = [
     "CLIENT_HINT",
     "END_STATES",
@@ -34,6 +36,7 @@ __all__ = [
     "percent",
     "plain_table",
     "print_table",
+    "progress_text",
     "rate_text",
     "rich_table",
     "state_style",
@@ -84,6 +87,12 @@ def percent(value: float | None) -> str:
     if value >= 100:
         return "100%"
     return f"{math.floor(max(value, 0.0) * 10) / 10:.1f}%"
+
+
+def progress_text(view: Mapping[str, Any]) -> str:
+    """A job view's progress: ``45.0%``; ``ended at 49.8%`` for a job that ended short of its total."""
+    value = (view.get("progress") or {}).get("percent")
+    return ended_short_text(str(view.get("state", "")), value) or percent(value)
 
 
 def number(value: float | None) -> str:

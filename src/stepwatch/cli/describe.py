@@ -20,8 +20,8 @@ from ._format import (
     eta_text,
     evidence_lines,
     missing_client,
-    percent,
     printable,
+    progress_text,
     rate_text,
     step_text,
     unreachable,
@@ -105,7 +105,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
         out,
         "Progress",
         [
-            ("Progress", percent(progress.get("percent"))),
+            ("Progress", progress_text(view)),
             ("Step", step_text(progress)),
             ("Epoch", epoch_text(progress)),
             ("Steps/s", rate_text(progress.get("steps_per_second"))),

@@ -187,9 +187,14 @@ class _Supervisor:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         state, reason = self._outcome(code)
-        _record(self.client, self.name, self.namespace, self.token, state, code, reason)
+        recorded = _record(self.client, self.name, self.namespace, self.token, state, code, reason)
+        if recorded is not None:  # what every reader shows: a stop asked for that the job outran is stopped
+            state, reason = recorded.state, recorded.reason
+        short = recorded.ended_short if recorded is not None else None
+        details = ", ".join(part for part in (reason, short) if part)
         print(
-            f"stepwatch: job {self.namespace}/{self.name} {state}" + (f" ({reason})" if reason else ""), file=sys.stderr
+            f"stepwatch: job {self.namespace}/{self.name} {state}" + (f" ({details})" if details else ""),
+            file=sys.stderr,
         )
         return code if code >= 0 else 128 - code
 
@@ -254,11 +259,13 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def _record(client: Any, name: str, namespace: str, token: str, state: str, code: int | None, reason: str) -> None:
+def _record(client: Any, name: str, namespace: str, token: str, state: str, code: int | None, reason: str) -> Any:
+    """Record how the job ended; the job as the server now has it (``None`` when it could not)."""
     try:
-        client.set_state(name, state, token, namespace, exit_code=code, reason=reason)
+        return client.set_state(name, state, token, namespace, exit_code=code, reason=reason)
     except Exception as exc:
         print(f"stepwatch: could not record that the job {state} ({exc})", file=sys.stderr)
+        return None
 
 
 def _reachable(client: Any) -> bool:

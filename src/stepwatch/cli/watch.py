@@ -1,6 +1,8 @@
 """``stepwatch watch NAME``: follow one job live until it ends, then say how it ended.
 
-Exit status: 0 finished, 1 failed (or no server), 2 stopped, 3 no such job, 130 interrupted.
+Exit status: 0 finished, 1 failed (or no server), 2 stopped, 3 no such job, 130 interrupted. The
+status is the job's state alone: a stopped job is 2 whatever its health, and a job that ended short of
+its total keeps its state's status (its outcome line says "ended at X%").
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..protocol import ended_short_text
 from ._format import (
     END_STATES,
     add_server_flags,
@@ -22,6 +25,7 @@ from ._format import (
     loss_text,
     missing_client,
     percent,
+    progress_text,
     rate_text,
     step_text,
     unreachable,
@@ -137,18 +141,20 @@ def progress_line(view: dict[str, Any], remaining: float | None = None) -> str:
     if remaining is None:
         remaining = (view.get("eta") or {}).get("remaining_seconds")
     return (
-        f"{view['namespace']}/{view['name']} {view['state']} {percent(progress.get('percent'))} "
+        f"{view['namespace']}/{view['name']} {view['state']} {progress_text(view)} "
         f"step {step_text(progress)} ETA {eta_text(remaining)} loss {loss_text(loss_of(view.get('metrics') or {}))} "
         f"{rate_text(progress.get('steps_per_second'))} steps/s"
     )
 
 
 def outcome(view: dict[str, Any]) -> tuple[str, int]:
-    """How an ended job ended, and the exit status that says it."""
+    """How an ended job ended, and the exit status that says it (its state's alone, see the module docstring)."""
     state = view["state"]
     who = f"{view['namespace']}/{view['name']}"
     progress = view.get("progress") or {}
     at_step = f"at step {step_text(progress)}" if progress.get("step") is not None else ""
+    # short of its total: said whatever the state (a script that exits early is "finished" at 49.8 %)
+    short = ended_short_text(state, progress.get("percent"))
     loss = loss_of(view.get("metrics") or {})
     if state == "finished":
         elapsed = (view.get("times") or {}).get("elapsed_seconds")
@@ -157,6 +163,8 @@ def outcome(view: dict[str, Any]) -> tuple[str, int]:
             parts.append(f"in {duration(elapsed)}")
         if at_step:
             parts.append(at_step)
+        if short:
+            parts.append(f"({short})")
         text = " ".join(parts)
         if loss is not None:
             text += f", loss {loss_text(loss)}"
@@ -165,6 +173,8 @@ def outcome(view: dict[str, Any]) -> tuple[str, int]:
     details = [f"exit code {view['exit_code']}"] if view.get("exit_code") is not None else []
     if at_step:
         details.append(at_step)
+    if short:
+        details.append(short)
     text = f"{who} {state}: {reason}" + (f" ({', '.join(details)})" if details else "")
     return text, EXIT_CODES.get(state, 1)
 
@@ -230,7 +240,7 @@ class _Bar:
             self._task,
             total=100.0 if value is not None else None,
             completed=value or 0.0,
-            percent=percent(value),
+            percent=ended_short_text(view["state"], value) or percent(value),
             step=step_text(progress),
             eta=eta_text(remaining),
             loss=loss_text(loss_of(view.get("metrics") or {})),

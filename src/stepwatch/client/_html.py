@@ -97,7 +97,8 @@ def job_html(job: Job) -> str:
         f"<div><b>{escape(job.namespace)}/{escape(job.name)}</b> #{job.attempt} "
         f"{_badge(job.state, _STATE_COLOURS.get(job.state, '#6e7781'))} {_badge(health.state, colour)}</div>"
         f"{progress_bar(job.progress.percent, colour)}"
-        f"<div>step {_step(job)} · epoch {escape(epoch)} · ETA {_duration(job.eta.remaining_seconds)}"
+        + (f"<div>{escape(job.ended_short)}</div>" if job.ended_short else "")
+        + f"<div>step {_step(job)} · epoch {escape(epoch)} · ETA {_duration(job.eta.remaining_seconds)}"
         f" · loss {_number(job.loss)}</div>"
         f"<div>cost: spent {_money(cost.spent, cost.currency)} · projected {_money(cost.projected, cost.currency)}"
         f" · wasted {_money(cost.wasted, cost.currency)}</div>"

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import Command, format_rfc3339
+from ..protocol import Command, ended_short_text, format_rfc3339
 from ._errors import InvalidResponse
 from ._models import JobPolicy, _pandas, command_from
 from ._parse import as_dict, as_list, opt_float, opt_int, opt_str, req_int, req_str, sub, to_float
@@ -366,6 +366,12 @@ class Job:
         return self.state in END_STATES
 
     @property
+    def ended_short(self) -> str | None:
+        """``"ended at 49.8%"`` when it ended short of its total (a script that exited at step 199 of
+        400, finished or not), else ``None``; its ``percent`` stays its real progress."""
+        return ended_short_text(self.state, self.percent)
+
+    @property
     def progress(self) -> Progress:
         """Percent, step x of y, epoch x of y, throughput."""
         found: Progress = self._part("progress", Progress.from_dict)
@@ -501,7 +507,7 @@ class Job:
 
     def __repr__(self) -> str:
         percent = self.percent
-        shown = f"{percent:.1f}%" if percent is not None else "-"
+        shown = self.ended_short or (f"{percent:.1f}%" if percent is not None else "-")
         return f"<Job {self.key} #{self.attempt} {self.state} {self.health.state} {shown}>"
 
     def __eq__(self, other: object) -> bool:

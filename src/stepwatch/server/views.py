@@ -29,15 +29,20 @@ def json_float(value: float | None) -> float | str | None:
 
 
 def progress_percent(job: Job) -> float | None:
-    """Progress in percent: from steps, else epochs, else what the job reported; 100 once finished."""
-    if job.state == "finished":
-        return 100.0
+    """Progress in percent: from steps, else epochs, else what the job reported.
+
+    An ended job keeps its real progress (a script that exits at step 199 of 400 ended at 49.75 %,
+    whatever its state); only a finished job that never said how far it got is at 100. The stores'
+    ``PROGRESS_SQL`` (the sort and filter by progress) is the same rule.
+    """
     if job.step is not None and job.total_steps:
         return max(0.0, min(100.0, 100.0 * job.step / job.total_steps))
     if job.epoch is not None and job.total_epochs:
         return max(0.0, min(100.0, 100.0 * job.epoch / job.total_epochs))
     if job.reported_progress is not None:
         return float(job.reported_progress)
+    if job.state == "finished":
+        return 100.0
     return None
 
 

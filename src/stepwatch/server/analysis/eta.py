@@ -10,7 +10,10 @@ the time since the last (re)start into *stepping* time and *pauses*:
   learnt from the whole segment: their typical length and how many steps apart they come; the
   remaining pauses up to ``total_steps`` are added at that length;
 - time before the first progress of a segment (start-up, compilation, loading a checkpoint) is
-  ignored, and a step that goes backwards starts a new segment (a restart from an earlier checkpoint);
+  ignored, and so is the first progress itself: at a start or a resume the report core's first
+  report says step 0 and the next one the step it resumed at, a jump that is not progress made in
+  this attempt's time; a step that goes backwards starts a new segment (a restart from an earlier
+  checkpoint, or a new process whose first report says step 0);
 - when the step stands still for longer than a step, the report interval and an expected pause
   explain, the job is *overdue*: the overdue time is counted as stepping time that produced no steps,
   so the ETA grows with it; overdue for longer than :attr:`EtaParams.stall_after` (or ten step
@@ -38,8 +41,8 @@ Method = Literal["recent_rate", "reported", "stalled", "done", "no_total", "insu
 
 ``recent_rate``: stepwatch's own estimate. ``reported``: the job's reported ETA (aged). ``stalled``: no
 progress for too long, ETA unknown. ``done``: the step reached ``total_steps``. ``no_total``: a rate
-but no total to reach. ``insufficient``: not enough history for a rate (fewer than two distinct
-steps at distinct times since the last restart).
+but no total to reach. ``insufficient``: not enough history for a rate (fewer than three distinct
+steps at distinct times since the last restart: the first progress is start-up, not a rate).
 """
 
 
@@ -272,7 +275,10 @@ def _analyse(segment: list[tuple[float, int]], now: float, params: EtaParams) ->
     gaps = [b[0] - a[0] for a, b in pairwise(segment[-params.history - 1 :])]
     gaps = [g for g in gaps if g > 0]
     report_interval = median(gaps) if gaps else 0.0
-    intervals = [(b[0] - a[0], b[1] - a[1], a[1]) for a, b in pairwise(events)]
+    # The first progress of a segment is never progress made in its time: the report core's first
+    # report of a process says step 0, the next one the step it resumed at (6,000 steps "in 2 s").
+    # The rate is measured from the first sample at a new step (see _progress_events).
+    intervals = [(b[0] - a[0], b[1] - a[1], a[1]) for a, b in pairwise(events[1:])]
     if not intervals:
         slack = max(params.grace, 3 * report_interval)
         return _Analysis(step, None, None, None, 0.0, None, None, None, max(standing - slack, 0.0), standing, False)
@@ -280,7 +286,7 @@ def _analyse(segment: list[tuple[float, int]], now: float, params: EtaParams) ->
     typical = median(dt / ds for dt, ds, _ in intervals[-params.history :])
     moving, pauses = _split(intervals, typical, report_interval, params)
     spt, spt_low, spt_high, window = _stepping_time(moving, params)
-    pause_seconds, pause_every, anchor = _pause_model(pauses, events[0][1], step, params)
+    pause_seconds, pause_every, anchor = _pause_model(pauses, events[1][1], step, params)
     pause_due = False
     if pause_every is not None and anchor is not None:
         due = anchor + _first_pause_ahead(anchor, pause_every, step) * pause_every
@@ -299,7 +305,9 @@ def _progress_events(segment: list[tuple[float, int]]) -> list[tuple[float, int]
     """The first sample at each new step, from an origin: the last sample still at the first step.
 
     Starting at the origin leaves out the start-up time before the first progress (process start,
-    compilation, loading a checkpoint). Readings at the same time collapse into the newest.
+    compilation, loading a checkpoint). Readings at the same time collapse into the newest. The
+    interval from the origin to the first progress is start-up too (it may hold the jump to a resumed
+    step): :func:`_analyse` measures from the second event on.
     """
     first_step = segment[0][1]
     origin = 0
@@ -397,6 +405,14 @@ def _stepping_time(
     Chunks of at least ``params.chunk`` seconds are taken from the newest backwards, up to
     ``params.window`` seconds; an older chunk that disagrees with the window so far ends it.
     """
+    # A young segment (a start, a resume) has less than a few chunks of stepping: its chunks are
+    # shorter (a quarter of what there is, with at least 20 steps), so that a warm-up that just ended
+    # leaves the window within seconds rather than minutes.
+    stepping = sum(dt for dt, _ in moving)
+    steps = sum(ds for _, ds in moving)
+    chunk = params.chunk
+    if steps and stepping < 4 * params.chunk:
+        chunk = max(stepping / 4, 20 * stepping / steps, min(params.chunk, params.min_pause))
     chunks: list[tuple[float, int]] = []
     span = 0.0
     dt_sum = 0.0
@@ -404,13 +420,13 @@ def _stepping_time(
     for dt, ds in reversed(moving):
         dt_sum += dt
         ds_sum += ds
-        if dt_sum >= params.chunk:
+        if dt_sum >= chunk:
             chunks.append((dt_sum, ds_sum))
             span += dt_sum
             dt_sum, ds_sum = 0.0, 0
             if span >= params.window:
                 break
-    if ds_sum and (not chunks or dt_sum >= params.chunk / 2):
+    if ds_sum and (not chunks or dt_sum >= chunk / 2):
         chunks.append((dt_sum, ds_sum))  # the oldest, partial chunk
     if not chunks:
         return None, None, None, 0.0

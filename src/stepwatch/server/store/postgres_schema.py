@@ -189,9 +189,9 @@ MIGRATIONS: dict[int, str] = {
 }
 
 PROGRESS_SQL = (
-    "(CASE WHEN state = 'finished' THEN 100.0 WHEN total_steps > 0 AND step IS NOT NULL "
-    "THEN LEAST(100.0, 100.0 * step / total_steps) WHEN total_epochs > 0 AND epoch IS NOT NULL "
-    "THEN LEAST(100.0, 100.0 * epoch / total_epochs) ELSE reported_progress END)"
+    "(CASE WHEN total_steps > 0 AND step IS NOT NULL THEN LEAST(100.0, 100.0 * step / total_steps) "
+    "WHEN total_epochs > 0 AND epoch IS NOT NULL THEN LEAST(100.0, 100.0 * epoch / total_epochs) "
+    "WHEN reported_progress IS NOT NULL THEN reported_progress WHEN state = 'finished' THEN 100.0 END)"
 )
 SORT_SQL = {
     "name": "name",

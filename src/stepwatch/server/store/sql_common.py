@@ -92,14 +92,39 @@ class SqlStore(Store):
         if job.state in FINAL_STATES:
             return
         if state in FINAL_STATES and rank0:
+            state, reason = self._asked_to_stop(conn, job.id, state, reason)
             updates.update(state=state, finished_at=now, reason=reason)
             self._event(conn, job.id, now, state, reason or f"the job reported {state}", {})
         elif job.state == "pending":
             updates.update(state="running", started_at=now)
             self._event(conn, job.id, now, "running", "first report received", {})
 
+    def _asked_to_stop(self, conn: Any, job_id: int, state: str, reason: str) -> tuple[str, str]:
+        """A job asked to stop that ends ``finished`` ends ``stopped``, with the stop's reason.
+
+        Whether the loop obeyed ``should_stop`` or ran to its end during the grace period, the stop was
+        asked for: every path that ends the job (the report core, an integration, the runner) then
+        records the same state. A job that failed stays failed.
+        """
+        if state != "finished":
+            return state, reason
+        rows = conn.execute(
+            self._sql(
+                "SELECT reason FROM commands WHERE job_id = ? AND kind = 'stop' ORDER BY created_at DESC LIMIT 1"
+            ),
+            (job_id,),
+        ).fetchall()
+        if not rows:
+            return state, reason
+        return "stopped", str(rows[0][0]) or reason or "stop requested"
+
     def set_state(self, job: Job, state: JobState, now: float, reason: str = "", exit_code: int | None = None) -> Job:
-        """Record a final state (the runner knows how the process ended), or running."""
+        """Record a final state (the runner knows how the process ended), or running.
+
+        A final state replaces one a report recorded when the process failed (a non-zero exit code) or
+        was stopped (the runner knows a stop was asked, or forwarded Ctrl-C); a job asked to stop ends
+        ``stopped`` (see :meth:`_asked_to_stop`).
+        """
         with self._write() as conn:
             try:
                 current = self._job_in(conn, job.id)
@@ -107,9 +132,11 @@ class SqlStore(Store):
                 raise StoreError(f"job {job.key} is not in the database") from None
             updates: dict[str, Any] = {"updated_at": now, "exit_code": exit_code}
             if state in FINAL_STATES:
-                if current.state not in FINAL_STATES or exit_code not in (None, 0):
-                    updates.update(state=state, finished_at=now, reason=reason)
-                    self._event(conn, job.id, now, state, reason or state, {"exit_code": exit_code})
+                final, reason = self._asked_to_stop(conn, job.id, state, reason)
+                if current.state not in FINAL_STATES or exit_code not in (None, 0) or final == "stopped":
+                    if current.state != final or current.reason != reason:
+                        self._event(conn, job.id, now, final, reason or final, {"exit_code": exit_code})
+                    updates.update(state=final, finished_at=now, reason=reason)
             elif current.state == "pending":
                 updates.update(state=state, started_at=now)
                 self._event(conn, job.id, now, state, reason or "started", {})

@@ -31,6 +31,15 @@ export function fmtPercent(value) {
   return value === null || value === undefined ? DASH : `${value >= 99.95 || value === 0 ? value.toFixed(0) : value.toFixed(1)}%`;
 }
 
+/** A job's progress: "45.0%"; "ended at 49.8%" when it ended short of its total (the rule of
+ * stepwatch.protocol.ended_short_text, which the CLI and the SDK follow). */
+export function fmtProgress(state, value) {
+  if (ENDED.has(state) && value !== null && value !== undefined && Number.isFinite(value) && value < 100) {
+    return `ended at ${Math.min(Math.floor(Math.max(value, 0) * 10 + 0.5) / 10, 99.9).toFixed(1)}%`;
+  }
+  return fmtPercent(value);
+}
+
 export function fmtMoney(value, digits = 2) {
   if (value === null || value === undefined) return DASH;
   return `$${value.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits })}`;

@@ -6,7 +6,7 @@ import { chartLayout, chooseScale, columns, draw, loadPlotly, seriesTraces } fro
 import { h, replace } from "./dom.js";
 import {
   DASH, ENDED, HEALTH_STATES, JOB_STATES, evidenceFacts, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf,
-  fmtPercent, healthLabel, metricOrder, stateClass,
+  fmtProgress, healthLabel, metricOrder, stateClass,
 } from "./format.js";
 import { remaining } from "./list.js";
 import { state, subscribe } from "./state.js";
@@ -204,7 +204,7 @@ class Panel {
       h("div", { class: "big-progress" },
         h("div", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(Math.round(percent ?? 0)), "aria-label": "Progress" },
           h("div", { class: "fill", style: { width: `${percent ?? 0}%` } })),
-        h("span", { class: "pct", "data-testid": "panel-percent" }, fmtPercent(percent))),
+        h("span", { class: "pct", "data-testid": "panel-percent" }, fmtProgress(v.state, percent))),
       facts(items, { "data-testid": "progress-facts" }),
       this.ranksTable());
   }
@@ -381,7 +381,10 @@ class Panel {
       if (ENDED.has(detail.job.state)) {
         this.view.pending_commands = [];
         this.renderPending();
-        if (this.status.textContent.includes("queued")) this.status.textContent = `The job has ${detail.job.state}.`;
+        if (this.status.textContent.includes("queued")) {
+          const short = fmtProgress(detail.job.state, detail.job.progress.percent);
+          this.status.textContent = `The job has ${detail.job.state}${short.startsWith("ended at") ? ` (${short})` : ""}.`;
+        }
       }
       this.renderHead();
       this.renderProgress();
