@@ -5,7 +5,7 @@
 import { h, replace, setAttr, setText, svg } from "./dom.js";
 import {
   DASH, ENDED, HEALTH_SEVERITY, HEALTH_STATES, JOB_STATES, fmtDateTime, fmtDuration, fmtFinish, fmtMoney, fmtNum,
-  fmtOf, fmtProgress, healthLabel, lossMetric, num, stateClass,
+  fmtOf, fmtPercent, fmtProgress, healthLabel, lossMetric, num, stateClass,
 } from "./format.js";
 import { dropPendingSparks, loadJobs, state, subscribe, wantSpark } from "./state.js";
 
@@ -379,7 +379,9 @@ function fillRow(tr, job, index, t) {
   bar.firstChild.style.width = `${percent ?? 0}%`;
   setAttr(bar, "aria-valuenow", percent === null ? 0 : Math.round(percent));
   setAttr(bar, "aria-label", `${job.name} progress`);
-  setText(c[5].firstChild.lastChild, fmtProgress(job.state, percent));
+  // the cell has room for a percentage only; an early end's "ended at 49.8%" is its tooltip (and the panel's text)
+  setText(c[5].firstChild.lastChild, fmtPercent(percent));
+  setAttr(c[5].firstChild.lastChild, "title", fmtProgress(job.state, percent));
   const steps = fmtOf(job.progress.step, job.progress.total_steps);
   setText(c[5].lastChild, steps);
   setText(c[6], steps);
