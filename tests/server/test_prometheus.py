@@ -28,7 +28,7 @@ def test_live_jobs_and_namespace_totals(api: Any, make_report: Callable[..., dic
     done = api.register("done", namespace="nlp")
     api.report_ok("done", done, make_report(1, 5, {"loss": 1.0}, state="finished"), namespace="nlp")
     samples = scrape(api)
-    job = (("job", "train"), ("namespace", "nlp"))
+    job = (("job_name", "train"), ("namespace", "nlp"))
     assert samples["stepwatch_job_progress_ratio", job] == 0.5
     assert samples["stepwatch_job_step", job] == 500 and samples["stepwatch_job_total_steps", job] == 1000
     assert samples["stepwatch_job_last_report_age_seconds", job] == 0.0
@@ -41,7 +41,7 @@ def test_live_jobs_and_namespace_totals(api: Any, make_report: Callable[..., dic
     assert samples["stepwatch_job_health", (("health", health), *job)] == 1.0
     assert sum(v for (name, labels), v in samples.items() if name == "stepwatch_job_health" and job[0] in labels) == 1
     # an ended job leaves the per-job series; it still counts in its namespace
-    assert not any(key[0].startswith("stepwatch_job_") and ("job", "done") in key[1] for key in samples)
+    assert not any(key[0].startswith("stepwatch_job_") and ("job_name", "done") in key[1] for key in samples)
     assert samples["stepwatch_jobs", (("namespace", "nlp"), ("state", "finished"))] == 1
     assert samples["stepwatch_jobs", (("namespace", "nlp"), ("state", "running"))] == 1
     assert samples["stepwatch_namespace_cost_rate_usd_per_hour", (("namespace", "nlp"),)] == 32.0
