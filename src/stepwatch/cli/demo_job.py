@@ -401,12 +401,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scenario", required=True, choices=SCENARIOS)
     parser.add_argument("--steps", type=_positive_int, default=3000, help="optimizer steps (default: 3000)")
     parser.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default: 0)")
-    parser.add_argument("--step-delay", type=float, default=0.05, help="seconds slept after each step (default: 0.05)")
+    parser.add_argument(
+        "--step-delay", type=_non_negative, default=0.05, help="seconds slept after each step (default: 0.05)"
+    )
     parser.add_argument(
         "--hang-at", type=float, default=HANG_AT, help=f"hang: share of the steps it hangs at (default: {HANG_AT})"
     )
     parser.add_argument("--checkpoint-dir", default=None, help="where checkpoints go (default: a new temp dir)")
     return parser
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:

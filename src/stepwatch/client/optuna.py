@@ -239,9 +239,8 @@ def run_trial(
     )
     watcher.start()
     try:
-        return follow_trial(
-            client, trial, name, namespace, metric=metric, value=value, report_every=report_grid(total_steps) if total_steps else None
-        )
+        every = report_grid(total_steps) if total_steps else None
+        return follow_trial(client, trial, name, namespace, metric=metric, value=value, report_every=every)
     finally:
         outcome["following"] = False
         watcher.join(grace + 15)

@@ -2,9 +2,10 @@
 
 Per live job (pending or running, latest attempt; labels ``namespace`` and ``job_name``): progress
 ratio, step and total, ETA, steps per second, age of the last report, health (one series per state,
-1 for the current one), cost rate and spent, and the last value of each metric. Per namespace, over every job: how many are in each
-state and health, and the cost figures summed. Ended jobs leave the per-job series (their totals
-stay in the namespace sums), so the series count follows the live jobs, not the history.
+1 for the current one), cost rate and spent, and the last value of each metric. Per namespace, over
+every job: how many are in each state and health, and the cost figures summed. Ended jobs leave the
+per-job series (their totals stay in the namespace sums), so the series count follows the live jobs,
+not the history.
 
 The figures are computed at scrape time from the store's view of the jobs (no state of its own);
 values are the same the API and the dashboard show.
