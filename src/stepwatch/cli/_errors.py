@@ -44,6 +44,10 @@ INTERRUPTED = 130
 PIPE_CLOSED = 141
 """128 + SIGPIPE, what a shell reports for a command whose reader went away."""
 
+_CLOSE = 0.75
+"""How alike a name must be to be suggested (difflib's ratio): a typo or two in ``train-tiny`` (0.9),
+not ``short`` for ``ghost`` (0.6)."""
+
 
 def one_line(command: str, exc: BaseException, url: str | None = None) -> str:
     """A client error as the one line a command prints (no traceback), saying what to do when it can."""
@@ -63,11 +67,11 @@ def close_job_names(client: Any, name: str, namespace: str) -> list[str]:
     except Exception:  # a suggestion is a courtesy: no answer, no suggestion
         return []
     here = sorted({job.name for job in listed if job.namespace == namespace})
-    found = difflib.get_close_matches(name, here, n=3, cutoff=0.6)
+    found = difflib.get_close_matches(name, here, n=3, cutoff=_CLOSE)
     if found:
         return found
     elsewhere = {job.name: job.namespace for job in listed if job.namespace != namespace}
-    return [f"{elsewhere[n]}/{n}" for n in difflib.get_close_matches(name, sorted(elsewhere), n=3, cutoff=0.6)]
+    return [f"{elsewhere[n]}/{n}" for n in difflib.get_close_matches(name, sorted(elsewhere), n=3, cutoff=_CLOSE)]
 
 
 def no_such_job(command: str, client: Any, name: str, namespace: str, url: str) -> str:
