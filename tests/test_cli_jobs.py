@@ -355,7 +355,7 @@ def test_stop_reaches_the_reporter(server: str, ns: str, capsys: pytest.CaptureF
     assert (code, out) == (1, "")
     assert err.strip() == f"stepwatch stop: job {ns}/plateau has already stopped: there is nothing to stop"
     code, out, err = _run_cli(capsys, "stop", "ghost", "--server", server, "-n", ns)
-    assert code == 1
+    assert code == 3  # no such job: the same status for every command (cli/_errors.py, docs/cli.md)
     assert err.strip() == f"stepwatch stop: no job {ns}/ghost at {server} (`stepwatch jobs -A` lists them)"
 
 
@@ -455,4 +455,4 @@ def test_describe_shows_a_job_in_full(server: str, ns: str, capsys: pytest.Captu
     assert "Events:" in flat and " registered attempt 1 registered" in flat and " running first report" in flat
     run.finish()
     code, _, err = _run_cli(capsys, "describe", "nope", "--server", server, "-n", ns)
-    assert code == 1 and "stepwatch jobs -A" in err
+    assert code == 3 and "stepwatch jobs -A" in err

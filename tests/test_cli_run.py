@@ -182,6 +182,8 @@ def test_the_demo_runs_four_jobs_and_ends_everything(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"server at http://127.0.0.1:{port}" in done.stdout
+    assert "ends everything it started 15 s after its start" in done.stdout  # says how long the dashboard stays
+    assert f"stepwatch watch fraud-converges --server http://127.0.0.1:{port}" in done.stdout
     for name in ("fraud-converges", "fraud-diverges", "fraud-plateau", "fraud-hangs"):
         assert name in done.stdout
     with pytest.raises(httpx.TransportError):  # the server it started is gone
@@ -199,7 +201,87 @@ def test_the_demo_runs_four_jobs_and_ends_everything(tmp_path: Path) -> None:
     assert converged.health == "healthy" and converged.gpus == 8 and converged.gpu_hour_cost == 4.0
     assert diverged is not None and diverged.nonfinite_total > 0 and diverged.health == "diverging"
     assert plateau is not None and plateau.policy == {"on": {"not_learning": "checkpoint_stop"}}
-    assert hung is not None and hung.state == "stopped" and hung.step is not None and hung.step < 300
+    assert hung is not None and hung.state == "stopped" and hung.step is not None and hung.step <= 60  # 10 %
+
+
+@pytest.mark.slow
+def test_a_demo_run_that_fails_says_why_and_the_demo_exits_1(tmp_path: Path) -> None:
+    """A negative step delay is refused by every run (the demo hands it over as given): each run fails at once."""
+    port = free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "stepwatch", "demo", "--port", str(port), "--duration", "12", "--steps", "50",
+         "--step-delay", "-1", "--db", str(tmp_path / "demo.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    for name in ("fraud-converges", "fraud-diverges", "fraud-plateau", "fraud-hangs"):
+        said = f"stepwatch demo: {name} failed: python -m stepwatch.cli.demo_job: error: argument --step-delay: "
+        assert said + "must be >= 0, got -1.0 (log: " in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_crash_shows_the_exception_in_describe_and_watch(server: str, tmp_path: Path) -> None:
+    script = tmp_path / "oom.py"
+    script.write_text(
+        "import stepwatch\n"
+        "run = stepwatch.init(total_steps=100)\n"
+        "for step in range(5):\n"
+        "    run.step(loss=1.0)\n"
+        "raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+    )
+    done = stepwatch_run(server, "--", sys.executable, str(script))
+    assert done.returncode == 1
+    reason = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    found = job(server, "oom")
+    assert (found["state"], found["reason"], found["exit_code"]) == ("failed", reason, 1)
+    cli = [sys.executable, "-m", "stepwatch"]
+    watched = subprocess.run([*cli, "watch", "oom", "--server", server], capture_output=True, text=True, timeout=60)
+    assert watched.returncode == 1
+    assert watched.stdout.startswith(f"default/oom failed: {reason} (exit code 1")  # not only "exit code 1"
+    described = subprocess.run(
+        [*cli, "describe", "oom", "--server", server], capture_output=True, text=True, timeout=60
+    )
+    assert f"State:       failed ({reason})" in described.stdout
+
+
+def test_a_budget_without_gpus_says_the_cost_is_unknown(server: str) -> None:
+    done = stepwatch_run(server, "--name", "nobudget", "--budget", "200", "--", sys.executable, "-c", "pass")
+    assert done.returncode == 0
+    assert "the cost of default/nobudget is unknown, so --budget 200 can never be reached: give --gpus N" in done.stderr
+    done = stepwatch_run(
+        server, "--name", "budget", "--budget", "200", "--gpus", "2", "--gpu-hour-cost", "3", "--",
+        sys.executable, "-c", "pass",
+    )  # fmt: skip
+    assert done.returncode == 0 and "is unknown" not in done.stderr
+
+
+def test_the_background_server_runs_on_and_server_stop_ends_it(tmp_path: Path) -> None:
+    """`stepwatch run` at a local URL nobody answers starts a server that outlives the job; `server stop` ends it."""
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {**os.environ, "STEPWATCH_HOME": str(tmp_path / "home"), "STEPWATCH_INTERVAL": "0.1"}
+    cli = [sys.executable, "-m", "stepwatch"]
+    try:
+        done = subprocess.run(
+            [*cli, "run", "--server", url, "--name", "first", "--", sys.executable, "-c", "pass"],
+            capture_output=True, text=True, timeout=90, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"started a background server at {url}" in done.stderr and "`stepwatch server stop`" in done.stderr
+        assert job(url, "first")["state"] == "finished"  # it outlived the job
+        pid_files = list((tmp_path / "home").glob("server-*.pid"))
+        assert len(pid_files) == 1
+    finally:
+        stopped = subprocess.run([*cli, "server", "stop"], capture_output=True, text=True, timeout=60, env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith(f"stopped the background server at {url} (pid ")
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url + "/healthz", timeout=2)
+    assert not list((tmp_path / "home").glob("server-*.pid"))
+    again = subprocess.run([*cli, "server", "stop"], capture_output=True, text=True, timeout=60, env=env)
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.startswith("stepwatch server stop: no background server (one `stepwatch run` started")
 
 
 def test_a_port_already_in_use_is_said_clearly(server: str, tmp_path: Path) -> None:

@@ -44,6 +44,31 @@ def test_without_endpoint_is_a_noop_after_one_info_line(caplog: pytest.LogCaptur
     assert lines == ["stepwatch: no endpoint set (STEPWATCH_URL or KUBEFLOW_TRAINER_SERVER_URL); reporting is off"]
 
 
+def test_without_endpoint_a_plain_script_says_so_on_stderr_at_once() -> None:
+    """``python train.py`` configures no logging, where an info record shows nothing: the line goes to stderr,
+    before the first step (the script blocks after init until the line has been read)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "KUBEFLOW_TRAINER_"))}
+    script = "import stepwatch, sys\nrun = stepwatch.init(total_steps=10)\nsys.stdin.readline()\nrun.finish()\n"
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stderr is not None and process.stdin is not None
+        line = process.stderr.readline()  # while the script still waits: said at init, not at exit
+        process.stdin.write("\n")
+        process.stdin.flush()
+        _, rest = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert line == "stepwatch: no endpoint set (STEPWATCH_URL or KUBEFLOW_TRAINER_SERVER_URL); reporting is off\n"
+    assert rest == ""  # once
+
+
 def _setup_said_off(value: bool) -> None:
     from stepwatch import _setup
 

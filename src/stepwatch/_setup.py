@@ -71,11 +71,27 @@ def plan_run(arguments: Mapping[str, Any]) -> Plan:
         mode, url = "off", None
     elif mode == "off" and not settings.disabled and not _said_off:
         _said_off = True
-        _log.info("stepwatch: no endpoint set (STEPWATCH_URL or KUBEFLOW_TRAINER_SERVER_URL); reporting is off")
+        _say_off("stepwatch: no endpoint set (STEPWATCH_URL or KUBEFLOW_TRAINER_SERVER_URL); reporting is off")
     identity = detect_identity()
     if mode == "kubeflow" and identity.rank != 0:
         mode, url = "off", None  # upstream takes one status per TrainJob: rank 0's
     return Plan(settings=settings, job=job, namespace=namespace, mode=mode, url=url, identity=identity)
+
+
+def _say_off(line: str) -> None:
+    """The one info line of a run without an endpoint: logged, or on stderr when logging is not set up.
+
+    Python shows nothing below a warning until the program configures logging, so a first
+    ``python train.py`` would say nothing at all; it gets the line on stderr instead, at once.
+    """
+    if _log.hasHandlers():
+        _log.info(line)
+        return
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except Exception:  # no stderr (a daemon, pythonw): nothing to say it on
+        pass
 
 
 def make_sender(

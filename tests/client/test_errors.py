@@ -57,7 +57,10 @@ def test_another_api_version(scripted: Scripted) -> None:
 
 def test_not_a_stepwatch_server(scripted: Scripted) -> None:
     scripted.on("GET", "/api/v1/version", (404, {}, b"<html>nginx</html>"))
-    with Client(scripted.url) as client, pytest.raises(IncompatibleServer, match="does not answer GET /api/v1/version"):
+    with (
+        Client(scripted.url) as client,
+        pytest.raises(IncompatibleServer, match=r"is not a stepwatch server: GET /api/v1/version answered HTTP 404$"),
+    ):
         client.job("a")
     with Client(scripted.url, check_version=False) as client, pytest.raises(NotFound):
         client.job("a")

@@ -88,3 +88,51 @@ def test_a_study_prunes_trials_through_stepwatch(server: str, ns: str, tmp_path:
     assert report.steps_saved > 0 and report.seconds_saved > 0 and report.money_saved is not None
     print(f"\n{report}")
     client.close()
+
+
+PACED = """
+import sys, time
+import stepwatch
+
+level, pause, steps = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+run = stepwatch.init(total_steps=steps)
+for step in range(1, steps + 1):
+    run.step(val_loss=level / step)
+    if run.should_stop:
+        run.finish("stopped", run.command_reason)
+        sys.exit(0)
+    time.sleep(pause)
+run.finish()
+"""
+
+
+@pytest.mark.slow
+def test_median_pruner_prunes_a_clearly_worse_trial_at_equal_steps(server: str, ns: str, tmp_path: Path) -> None:
+    """Two trials step at different paces, so their report windows end on different steps; values reach the trials
+    on the same grid of steps, so MedianPruner (which compares equal steps) has the good trial's values to compare
+    the bad one with, and prunes it. The objective is the metric at the job's final step."""
+    script = tmp_path / "paced.py"
+    script.write_text(PACED)
+    client = Client(server, namespace=ns)
+    study = optuna.create_study(
+        study_name="paced", pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
+    )
+    steps = 150
+    runs = [(0.01, 0.011), (300.0, 0.017)]  # good (1e-4 at the end), then 10^4 times worse, at another pace
+
+    def objective(trial: optuna.Trial) -> float:
+        level, pause = runs[trial.number]
+        command = [sys.executable, str(script), str(level), str(pause), str(steps)]
+        return run_trial(
+            client, trial, command, metric="val_loss", total_steps=steps, grace=10, env={"STEPWATCH_INTERVAL": "0.3"}
+        )
+
+    study.optimize(objective, n_trials=2)
+    good, bad = study.trials
+    assert good.state == optuna.trial.TrialState.COMPLETE
+    assert good.value == pytest.approx(0.01 / steps)  # the final point, not one the stream brought earlier
+    assert set(good.intermediate_values) <= set(range(3, steps + 1, 3))  # the grid: 150 / 50
+    assert bad.state == optuna.trial.TrialState.PRUNED, bad.intermediate_values
+    assert set(bad.intermediate_values) <= set(good.intermediate_values)
+    assert client.job("paced-1").state == "stopped"
+    client.close()

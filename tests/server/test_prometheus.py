@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -28,7 +33,7 @@ def test_live_jobs_and_namespace_totals(api: Any, make_report: Callable[..., dic
     done = api.register("done", namespace="nlp")
     api.report_ok("done", done, make_report(1, 5, {"loss": 1.0}, state="finished"), namespace="nlp")
     samples = scrape(api)
-    job = (("job", "train"), ("namespace", "nlp"))
+    job = (("job_name", "train"), ("namespace", "nlp"))
     assert samples["stepwatch_job_progress_ratio", job] == 0.5
     assert samples["stepwatch_job_step", job] == 500 and samples["stepwatch_job_total_steps", job] == 1000
     assert samples["stepwatch_job_last_report_age_seconds", job] == 0.0
@@ -41,7 +46,7 @@ def test_live_jobs_and_namespace_totals(api: Any, make_report: Callable[..., dic
     assert samples["stepwatch_job_health", (("health", health), *job)] == 1.0
     assert sum(v for (name, labels), v in samples.items() if name == "stepwatch_job_health" and job[0] in labels) == 1
     # an ended job leaves the per-job series; it still counts in its namespace
-    assert not any(key[0].startswith("stepwatch_job_") and ("job", "done") in key[1] for key in samples)
+    assert not any(key[0].startswith("stepwatch_job_") and ("job_name", "done") in key[1] for key in samples)
     assert samples["stepwatch_jobs", (("namespace", "nlp"), ("state", "finished"))] == 1
     assert samples["stepwatch_jobs", (("namespace", "nlp"), ("state", "running"))] == 1
     assert samples["stepwatch_namespace_cost_rate_usd_per_hour", (("namespace", "nlp"),)] == 32.0
@@ -52,3 +57,77 @@ def test_an_empty_server_scrapes_cleanly(api: Any) -> None:
     samples = scrape(api)
     assert samples["stepwatch_reports_total", (("kind", "reports"),)] == 0
     assert not any(name.startswith("stepwatch_job_") for name, _ in samples)
+
+
+# ------------------------------------------------------------------------- a real Prometheus
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_finds_the_job_by_job_name(tmp_path: Path) -> None:
+    """A real Prometheus scrapes a real stepwatch server fed by a real reporter; PromQL by ``job_name`` finds the
+    job, and Prometheus' own ``job`` (the scrape job) sits beside it untouched. Skipped without ``prometheus``
+    (``apt-get install prometheus``)."""
+    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if prometheus is None or promtool is None:
+        pytest.skip("prometheus and promtool are not installed")
+    import httpx
+
+    import stepwatch
+    from stepwatch.client import Client
+    from stepwatch.server import ServerSettings, create_app
+    from stepwatch.testing.server import ServerThread
+
+    with ServerThread(create_app(ServerSettings(db=str(tmp_path / "sw.db"))), log_level="critical") as httpd:
+        with Client(httpd.url) as client:
+            _, token = client.register("prom-a", "vision", total_steps=100)
+        run = stepwatch.init(job="prom-a", namespace="vision", url=httpd.url, token=token, interval=0.1)
+        run.step(40, loss=0.5)
+        with Client(httpd.url) as client:  # the report has landed
+            deadline = time.monotonic() + 30
+            while client.job("prom-a", "vision").progress.step != 40 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        text = httpx.get(httpd.url + "/metrics", timeout=10).text
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert 'job_name="prom-a"' in text and 'job="prom-a"' not in text
+
+        port = _free_port()
+        target = httpd.url.removeprefix("http://")
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            f"scrape_configs:\n  - job_name: stepwatch\n    static_configs: [{{targets: ['{target}']}}]\n"
+        )
+        process = subprocess.Popen(
+            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            query = 'stepwatch_job_progress_ratio{job_name="prom-a", namespace="vision"}'
+            deadline = time.monotonic() + 90
+            result: list[dict[str, Any]] = []
+            while not result and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.5)
+                try:
+                    answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": query}, timeout=5)
+                    result = answer.json()["data"]["result"]
+                except (httpx.TransportError, ValueError, KeyError):
+                    continue
+            assert result, f"Prometheus found no series for {query}"
+            (series,) = result
+            assert series["metric"]["job"] == "stepwatch"  # Prometheus' own label, its scrape job
+            assert series["metric"]["job_name"] == "prom-a" and "exported_job" not in series["metric"]
+            assert float(series["value"][1]) == 0.4
+        finally:
+            process.terminate()
+            process.wait(30)
+            run.finish()

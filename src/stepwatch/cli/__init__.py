@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from .._version import __version__
+from . import _errors
 
 __all__ = ["COMMANDS", "main"]
 
@@ -42,11 +43,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the command; returns the exit status."""
+    """Parse ``argv`` and run the command; returns the exit status (the table in :mod:`._errors`).
+
+    What a command does not catch itself ends here as one line, never a traceback: a client error
+    (a server that is not stepwatch's, an answer it cannot read), Ctrl-C, a reader that went away.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return 2
-    status: int = args.run(args)
+        return _errors.USAGE
+    try:
+        status: int = args.run(args)
+        sys.stdout.flush()  # a closed pipe is found here, inside the handler, not at exit
+    except BrokenPipeError:
+        return _errors.output_closed()
+    except KeyboardInterrupt:
+        return _errors.INTERRUPTED
+    except Exception as exc:
+        if not _is_client_error(exc):
+            raise
+        print(_errors.one_line(args.command, exc, _server_of(args)), file=sys.stderr)
+        return _errors.ERROR
     return status
+
+
+def _server_of(args: argparse.Namespace) -> str | None:
+    """The server URL a command talked to, when it takes ``--server`` (read as the client reads it)."""
+    core = sys.modules.get("stepwatch.client._core")
+    if core is None or not hasattr(args, "server"):
+        return None
+    url: str = core.server_url(args.server)
+    return url
+
+
+def _is_client_error(exc: BaseException) -> bool:
+    """One of the client's errors (:class:`stepwatch.client.StepwatchError`), known without importing httpx."""
+    client = sys.modules.get("stepwatch.client._errors")
+    return client is not None and isinstance(exc, client.StepwatchError)

@@ -3,10 +3,14 @@
 Four small NumPy classifiers train on generated, imbalanced fraud-like data, each under the local
 runner's supervision: one converges (healthy), one diverges to NaN (learning rate far too high:
 diverging), one stops improving (not learning; its policy then checkpoints and stops it), one hangs
-mid-run (stalled). Each pretends to hold 8 GPUs at 4 USD an hour, so cost, waste and savings show. The
-server's health windows are shortened to fit runs of a few minutes. The demo prints where to look and a
-short live summary until the runs end, ``--duration`` runs out, or Ctrl-C; it then ends everything it
-started.
+early (stalled). Each pretends to hold 8 GPUs at 4 USD an hour, so cost, waste and savings show. The
+server's health windows are shortened so that all four verdicts and the policy stop show within the
+first minute. The demo prints where to look, then a live summary line every few seconds; a run that
+fails is said with the last line of its output, and the demo then exits 1.
+
+When the runs have ended (the hanging one is stopped once the others are done) the server keeps
+serving the dashboard until Ctrl-C, or until ``--duration`` seconds after the start; Ctrl-C ends
+everything the demo started.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,8 +41,13 @@ POLICIES: dict[str, list[str]] = {
 }
 """The Friday-night job: its owner opted in, so when it stops learning it saves a checkpoint and stops."""
 
-DEMO_HEALTH = {"warmup_s": 20, "plateau_min_s": 30, "standstill_floor_s": 20, "startup_s": 30, "stall_floor_s": 10}
-"""Health windows for runs of a few minutes (real jobs get minutes-long windows; see docs/health.md)."""
+DEMO_HEALTH = {"warmup_s": 5, "plateau_min_s": 30, "standstill_floor_s": 10, "startup_s": 30, "stall_floor_s": 10}
+"""Health windows for runs of a few minutes (real jobs get minutes-long windows; see docs/health.md): the
+plateau's learning rate reaches zero after ~230 steps, past a 5 s warm-up, and is confirmed 12 s later;
+the hanging run stands still from 10 % of its steps and is stalled 10 s later."""
+
+HANG_AT = 0.1
+"""Where the hanging run hangs (a share of its steps): early enough to be stalled within the first minute."""
 
 DEMO_GPUS = ("--gpus", "8", "--gpu-hour-cost", "4.0")
 """What the demo's runs pretend to hold, so that cost, waste and savings show (8 GPUs at 4 USD an hour)."""
@@ -52,21 +62,28 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=int, default=8642, help="server port (default 8642)")
-    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop everything after this")
-    parser.add_argument("--steps", type=int, default=3000, help="optimizer steps per run")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="end everything this long after the start (default: serve until Ctrl-C)",
+    )
+    parser.add_argument("--steps", type=int, default=2000, help="optimizer steps per run (default 2000)")
     parser.add_argument("--step-delay", type=float, default=0.05, metavar="SECONDS", help="extra time per step")
     parser.add_argument("--db", default=None, help="SQLite file (default: a fresh one in a temporary directory)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the server and the runs, show a summary, end everything."""
+    """Start the server and the runs, show a summary, serve until Ctrl-C or ``--duration``, end everything."""
     try:
+        import numpy  # noqa: F401  (the runs train with it)
+
         from ..client import Client
     except ImportError as exc:
         print(
-            f"stepwatch demo needs the server and client extras ({exc.name} is missing): "
-            "pip install 'stepwatch[server]'",
+            f"stepwatch demo needs the server extra ({exc.name} is missing): pip install 'stepwatch[server]'",
             file=sys.stderr,
         )
         return 1
@@ -76,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"stepwatch demo: {problem}", file=sys.stderr)
         return 1
+    began = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="stepwatch-demo-"))
     db = args.db or str(workdir / "demo.db")
     url = f"http://127.0.0.1:{args.port}"
@@ -97,35 +115,88 @@ def run(args: argparse.Namespace) -> int:
             print("stepwatch demo: the server did not start", file=sys.stderr)
             return 1
         env = {**os.environ, "STEPWATCH_SERVER": url, "STEPWATCH_INTERVAL": "1"}
+        runs: dict[str, _Run] = {}
         for job, scenario in SCENARIOS.items():
             command = [
                 sys.executable, "-m", "stepwatch", "run", "--name", job, "--server", url, "--grace", "10",
                 *DEMO_GPUS, *POLICIES.get(job, []), "--",
                 sys.executable, "-m", "stepwatch.cli.demo_job", "--scenario", scenario,
-                "--steps", str(args.steps), "--step-delay", str(args.step_delay),
+                "--steps", str(args.steps), "--step-delay", str(args.step_delay), "--hang-at", str(HANG_AT),
                 "--checkpoint-dir", str(workdir / job),
             ]  # fmt: skip
-            started.append(
-                subprocess.Popen(
-                    command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            log = workdir / f"{job}.log"
+            with open(log, "wb") as out:
+                process = subprocess.Popen(
+                    command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
                 )
-            )
-        print(f"stepwatch demo: server at {url} (database {db}); {len(SCENARIOS)} training runs started.")
-        print(f"  watch them:        stepwatch jobs --watch --server {url}")
-        print(f"  follow one:        stepwatch watch fraud-converges --server {url}")
-        print(f"  the dashboard:     {url}/")
-        print(f"  stop one:          stepwatch stop fraud-converges --server {url}")
-        print(f"  why is it flagged: stepwatch describe fraud-diverges --server {url}")
-        print("  fraud-plateau has a policy: when it stops learning, it saves a checkpoint and stops.")
-        print(f"  the API:           {url}/docs")
-        print("Ctrl-C ends the demo and everything it started.\n", flush=True)
-        return _summarise(client, started[1:], args.duration)
+            started.append(process)
+            runs[job] = _Run(job, process, log)
+        _introduce(url, db, workdir, args.duration)
+        failed = _summarise(client, runs, began, args.duration)
+        if failed is None:
+            return 1
+        _serve(url, began, args.duration)
+        return 1 if failed else 0
     except KeyboardInterrupt:
         return 0
     finally:
         for process in reversed(started):
             _end(process)
         client.close()
+
+
+def stepwatch_command() -> str:
+    """How to type ``stepwatch`` in a new terminal: ``stepwatch`` when that is this one, else its path."""
+    here = Path(sys.executable).parent / "stepwatch"
+    found = shutil.which("stepwatch")
+    if not here.exists() or (found is not None and Path(found).resolve() == here.resolve()):
+        return "stepwatch"
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
+
+
+def _introduce(url: str, db: str, workdir: Path, duration: float | None) -> None:
+    sw = stepwatch_command()
+    server = "" if url == DEFAULT_URL else f" --server {url}"
+    print(f"stepwatch demo: server at {url} (database {db}); {len(SCENARIOS)} training runs started.")
+    print(f"  the dashboard:     {url}/")
+    print(f"  watch them:        {sw} jobs --watch{server}")
+    print(f"  follow one:        {sw} watch fraud-converges{server}")
+    print(f"  stop one:          {sw} stop fraud-converges{server}")
+    print(f"  why is it flagged: {sw} describe fraud-diverges{server}")
+    print(f"  the API:           {url}/docs")
+    if sw != "stepwatch":
+        print(f"  (in a new terminal, as printed, or after `source {Path(sw).parent}/activate` as plain `stepwatch`)")
+    print("Within a minute: fraud-diverges is diverging, fraud-plateau not learning (its policy then saves a")
+    print("checkpoint and stops it), fraud-hangs stalled; fraud-converges stays healthy. Logs: " + str(workdir))
+    if duration is not None:
+        print(f"The demo ends everything it started {duration:g} s after its start (Ctrl-C: sooner).\n", flush=True)
+    else:
+        print("The dashboard stays up after the runs end; Ctrl-C ends the demo and all it started.\n", flush=True)
+
+
+DEFAULT_URL = "http://127.0.0.1:8642"
+
+
+class _Run:
+    """One of the demo's training runs: its runner process and the file its output goes to."""
+
+    def __init__(self, job: str, process: subprocess.Popen[bytes], log: Path) -> None:
+        self.job = job
+        self.process = process
+        self.log = log
+        self.said = False
+
+    def last_line(self) -> str:
+        """The last line of its output (a traceback's last line says why it failed)."""
+        try:
+            lines = [line for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return "no output"
+        mine = [line for line in lines if not line.startswith("stepwatch: job ")]  # the runner's own lines
+        return (mine or lines or ["no output"])[-1].strip()
 
 
 def _wait_for(client: Any, server: subprocess.Popen[bytes]) -> bool:
@@ -139,31 +210,64 @@ def _wait_for(client: Any, server: subprocess.Popen[bytes]) -> bool:
     return False
 
 
-def _summarise(client: Any, runs: list[subprocess.Popen[bytes]], duration: float | None) -> int:
-    """A line per job every few seconds, until the runs end (the hanging one never does) or time is up."""
-    began = time.monotonic()
-    while duration is None or time.monotonic() - began < duration:
-        time.sleep(min(5.0, duration or 5.0))
+def _remaining(began: float, duration: float | None) -> float | None:
+    return None if duration is None else duration - (time.monotonic() - began)
+
+
+def _summarise(client: Any, runs: dict[str, _Run], began: float, duration: float | None) -> bool | None:
+    """A line per job every few seconds until the runs end (the hanging one is stopped once the others are
+    done) or time is up. Says each run that fails, with why; returns whether one did (``None``: no server)."""
+    failed = False
+    asked_hang_stop = False
+    while True:
+        left = _remaining(began, duration)
+        if left is not None and left <= 0:
+            break
+        time.sleep(min(5.0, left) if left is not None else 5.0)
         try:
             jobs = {j.name: j.raw for j in client.jobs()}
         except Exception as exc:
             print(f"stepwatch demo: the server does not answer ({exc})", file=sys.stderr)
-            return 1
-        parts = []
-        for name in SCENARIOS:
-            job = jobs.get(name)
-            if job is None:
-                continue
-            percent = job["progress"]["percent"]
-            loss = job["metrics"].get("loss")
-            loss_text = f"{loss:.4g}" if isinstance(loss, float) else str(loss)
-            health = (job.get("health") or {}).get("state", "unknown")
-            parts.append(f"{name} {job['state']} {health} {percent or 0:.0f}% loss {loss_text}")
-        print(" | ".join(parts), flush=True)
-        live = [r for r in runs if r.poll() is None]
-        if len(live) <= 1 and all(j.get("state") != "running" for n, j in jobs.items() if n != "fraud-hangs"):
+            return None
+        print(" | ".join(_line(name, jobs[name]) for name in SCENARIOS if name in jobs), flush=True)
+        for run in runs.values():
+            state = (jobs.get(run.job) or {}).get("state")
+            code = run.process.poll()
+            broke = state == "failed" or (code not in (None, 0) and state != "stopped")
+            if broke and not run.said:
+                run.said = failed = True
+                print(f"stepwatch demo: {run.job} failed: {run.last_line()} (log: {run.log})", file=sys.stderr)
+        others_done = all(r.process.poll() is not None for n, r in runs.items() if n != "fraud-hangs")
+        if others_done and not asked_hang_stop and runs["fraud-hangs"].process.poll() is None:
+            asked_hang_stop = True  # it ignores the command: its runner ends it after the grace period
+            try:
+                client.stop("fraud-hangs", reason="the demo's other runs have ended")
+            except Exception:
+                runs["fraud-hangs"].process.send_signal(signal.SIGINT)
+        if all(r.process.poll() is not None for r in runs.values()):
             break
-    return 0
+    return failed
+
+
+def _line(name: str, job: dict[str, Any]) -> str:
+    percent = job["progress"]["percent"]
+    loss = job["metrics"].get("loss")
+    loss_text = f"{loss:.4g}" if isinstance(loss, float) else str(loss)
+    health = (job.get("health") or {}).get("state", "unknown")
+    return f"{name} {job['state']} {health} {percent or 0:.0f}% loss {loss_text}"
+
+
+def _serve(url: str, began: float, duration: float | None) -> None:
+    """The runs have ended: keep the server (and its dashboard) up until Ctrl-C or the end of ``--duration``."""
+    left = _remaining(began, duration)
+    if left is not None and left <= 0:
+        return
+    if left is None:
+        print(f"stepwatch demo: the runs have ended; the dashboard stays at {url}/ until Ctrl-C", flush=True)
+        while True:
+            time.sleep(3600)
+    print(f"stepwatch demo: the runs have ended; the dashboard stays at {url}/ for {left:.0f} s more", flush=True)
+    time.sleep(left)
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:

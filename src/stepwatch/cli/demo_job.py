@@ -25,7 +25,7 @@ Scenarios, each one from its own training dynamics (only ``hang`` is staged):
     steps): the learning rate is ~0 after a few hundred steps, and the loss stays flat (with batch
     noise) far from where ``converge`` gets; eval metrics stop moving at AUC ~0.8-0.9.
 ``hang``
-    Trains as ``converge``, then at 40 % of its steps blocks for good in a sleep loop, as a deadlocked
+    Trains as ``converge``, then at 40 % of its steps (``--hang-at``) blocks for good in a sleep loop, as a deadlocked
     collective or a stuck data loader would: alive, reporting (the sender thread still runs), but the
     step never moves again. It ignores server commands (its loop is stuck) and ends only on a signal.
 
@@ -316,7 +316,7 @@ def train(args: argparse.Namespace) -> int:
     steps_per_epoch = len(data.y_train) // BATCH_SIZE
     eval_every = max(1, total // 30)
     print_every = max(1, total // 10)
-    hang_at = max(1, int(total * HANG_AT)) if args.scenario == "hang" else None
+    hang_at = max(1, int(total * args.hang_at)) if args.scenario == "hang" else None
 
     run = stepwatch.init(
         total_steps=total,
@@ -401,9 +401,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scenario", required=True, choices=SCENARIOS)
     parser.add_argument("--steps", type=_positive_int, default=3000, help="optimizer steps (default: 3000)")
     parser.add_argument("--seed", type=int, default=0, help="data and initialisation seed (default: 0)")
-    parser.add_argument("--step-delay", type=float, default=0.05, help="seconds slept after each step (default: 0.05)")
+    parser.add_argument(
+        "--step-delay", type=_non_negative, default=0.05, help="seconds slept after each step (default: 0.05)"
+    )
+    parser.add_argument(
+        "--hang-at", type=float, default=HANG_AT, help=f"hang: share of the steps it hangs at (default: {HANG_AT})"
+    )
     parser.add_argument("--checkpoint-dir", default=None, help="where checkpoints go (default: a new temp dir)")
     return parser
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:

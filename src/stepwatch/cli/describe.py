@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from ._errors import NO_SUCH_JOB, no_such_job
 from ._format import (
     add_server_flags,
     age,
@@ -62,9 +63,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             view = client.job(args.name, args.namespace, attempt=args.attempt).raw
             events = [dict(event.raw) for event in client.events(args.name, args.namespace, limit=1000)]
-        except NotFound as exc:
-            print(f"stepwatch describe: {exc.message} (`stepwatch jobs -A` lists the jobs)", file=sys.stderr)
-            return 1
+        except NotFound:
+            if args.attempt is not None:  # the job may be there without that attempt
+                print(f"stepwatch describe: {who} has no attempt {args.attempt}", file=sys.stderr)
+            else:
+                print(no_such_job("describe", client, args.name, args.namespace, url), file=sys.stderr)
+            return NO_SUCH_JOB
         except ServerUnreachable:
             print(unreachable(url), file=sys.stderr)
             return 1

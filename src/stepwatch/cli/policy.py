@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from ..protocol import POLICY_ACTIONS, POLICY_NOTIFY_ONLY, POLICY_TRIGGERS
+from ._errors import ERROR, NO_SUCH_JOB
 from ._format import add_server_flags, missing_client, unreachable
 
 __all__ = ["add_policy_flags", "parse_deadline", "parse_trigger_action", "policy_from_args", "register", "run"]
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 found = dict(client.set_policy(args.name, layer, args.namespace).raw)
         except NotFound:
             print(f"stepwatch policy: no {what} at {url}", file=sys.stderr)
-            return 1
+            return NO_SUCH_JOB if args.name else ERROR
         except ServerUnreachable:
             print(unreachable(url), file=sys.stderr)
             return 1

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..protocol import sanitize_name
+from . import _background as background
 from ._format import add_token_flag
 from .policy import add_policy_flags, policy_from_args
 
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         print("stepwatch run: give the command after --, e.g. stepwatch run -- python train.py", file=sys.stderr)
         return 2
     try:
-        from ..client import Client, server_url
+        from ..client import Client, ServerUnreachable, server_url
         from ..client import StepwatchError as ClientError
     except ImportError as exc:
         print(
@@ -93,7 +94,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     url = server_url(args.server)
     client = Client(url, getattr(args, "token", None))
-    if not _reachable(client) and not _start_background_server(url, client):
+    answer = _answer(client)
+    if answer is not None and not isinstance(answer, ServerUnreachable):  # something answers, not stepwatch
+        print(f"stepwatch run: {answer}", file=sys.stderr)
+        return 1
+    if answer is not None and not _start_background_server(url, client):
         return 1
     name = sanitize_name(args.name) if args.name else job_name_for(command)
     namespace = sanitize_name(args.namespace, fallback="default")
@@ -110,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
     except ClientError as exc:
         print(f"stepwatch run: cannot register {namespace}/{name}: {exc}", file=sys.stderr)
         return 1
+    if args.budget is not None and job.cost.rate_per_hour is None:
+        print(
+            f"stepwatch run: the cost of {namespace}/{name} is unknown, so --budget {args.budget:g} can never be "
+            "reached: give --gpus N (and --gpu-hour-cost USD where the server has no price for it)",
+            file=sys.stderr,
+        )
     env = {
         **os.environ,
         "STEPWATCH_URL": url,
@@ -187,6 +198,8 @@ class _Supervisor:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         state, reason = self._outcome(code)
+        if state == "failed" and code > 0:  # what the job said as it failed (its exception) beats an exit code
+            reason = self._reported_failure() or reason
         recorded = _record(self.client, self.name, self.namespace, self.token, state, code, reason)
         if recorded is not None:  # what every reader shows: a stop asked for that the job outran is stopped
             state, reason = recorded.state, recorded.reason
@@ -208,6 +221,15 @@ class _Supervisor:
         if code < 0:
             return "failed", f"killed by {signal.Signals(-code).name}"
         return "failed", f"exit code {code}"
+
+    def _reported_failure(self) -> str | None:
+        """The reason the job itself reported with its ``failed`` state (its exception's last line), if any."""
+        try:
+            events = self.client.events(self.name, self.namespace, after=self.last_event, limit=1000)
+        except Exception:
+            return None
+        reasons = [e.message for e in events if e.kind == "failed"]
+        return next((r for r in reversed(reasons) if r), None)
 
     def _forward(self, signum: int, frame: Any) -> None:
         self.interrupts += 1
@@ -269,11 +291,16 @@ def _record(client: Any, name: str, namespace: str, token: str, state: str, code
 
 
 def _reachable(client: Any) -> bool:
+    return _answer(client) is None
+
+
+def _answer(client: Any) -> Exception | None:
+    """``None`` when a stepwatch server answers; else why not (``ServerUnreachable``: nobody answers)."""
     try:
         client.ping()
-    except Exception:
-        return False
-    return True
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _start_background_server(url: str, client: Any) -> bool:
@@ -283,11 +310,19 @@ def _start_background_server(url: str, client: Any) -> bool:
         print(f"stepwatch run: no stepwatch server answers at {url}", file=sys.stderr)
         return False
     port = parts.port or 80
-    log_dir = Path(os.environ.get("STEPWATCH_HOME") or Path.home() / ".local" / "share" / "stepwatch")
+    try:
+        log_dir = background.home()
+    except ImportError as exc:
+        print(
+            f"stepwatch run: no stepwatch server answers at {url}, and this install cannot start one ({exc.name} "
+            "is missing): pip install 'stepwatch[server]', or give --server URL",
+            file=sys.stderr,
+        )
+        return False
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "server.log"
     with open(log, "ab") as out:
-        subprocess.Popen(
+        server = subprocess.Popen(
             [sys.executable, "-m", "stepwatch", "server", "--host", parts.hostname, "--port", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -295,10 +330,17 @@ def _start_background_server(url: str, client: Any) -> bool:
             start_new_session=True,
         )
     deadline = time.monotonic() + 15.0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and server.poll() is None:
         if _reachable(client):
-            print(f"stepwatch: started a background server at {url} (log: {log}); it keeps running", file=sys.stderr)
+            background.remember(server.pid, url)
+            print(
+                f"stepwatch: started a background server at {url} (log: {log}); it keeps running until "
+                "`stepwatch server stop`",
+                file=sys.stderr,
+            )
             return True
         time.sleep(0.2)
+    if server.poll() is None:
+        server.terminate()
     print(f"stepwatch run: could not start a server at {url}; see {log}", file=sys.stderr)
     return False

@@ -63,6 +63,12 @@ def register(commands: Any) -> None:
         help="allow --auth none on an address other than loopback (env STEPWATCH_INSECURE)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=["stop"],
+        help="stop: end the background server that `stepwatch run` started (all of them, or the one on --port)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -93,8 +99,37 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
+def stop(port: int | None) -> int:
+    """``stepwatch server stop``: end the background servers ``stepwatch run`` started; 1 when there is none."""
+    from . import _background
+
+    try:
+        servers = _background.running(port)
+    except ImportError as exc:
+        print(f"stepwatch server stop needs its extra ({exc.name} is missing)", file=sys.stderr)
+        return 1
+    if not servers:
+        where = f" on port {port}" if port is not None else ""
+        print(
+            f"stepwatch server stop: no background server{where} (one `stepwatch run` started, recorded in "
+            f"{_background.home()}); a server started with `stepwatch server` ends with Ctrl-C",
+            file=sys.stderr,
+        )
+        return 1
+    status = 0
+    for server in servers:
+        if _background.stop(server):
+            print(f"stopped the background server at {server.url} (pid {server.pid})")
+        else:
+            print(f"stepwatch server stop: the server at {server.url} (pid {server.pid}) did not end", file=sys.stderr)
+            status = 1
+    return status
+
+
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted."""
+    """Serve until interrupted (or, with ``stop``, end the background server)."""
+    if getattr(args, "action", None) == "stop":
+        return stop(args.port)
     try:
         import uvicorn
 

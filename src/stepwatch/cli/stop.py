@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..protocol import LIMITS
+from ._errors import NO_SUCH_JOB, no_such_job
 from ._format import add_server_flags, missing_client, unreachable
 
 __all__ = ["default_reason", "register", "run"]
@@ -53,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             command = client.stop(args.name, args.namespace, checkpoint=True, reason=reason)
         except NotFound:
-            print(f"stepwatch stop: no job {who} at {url} (`stepwatch jobs -A` lists them)", file=sys.stderr)
-            return 1
+            print(no_such_job("stop", client, args.name, args.namespace, url), file=sys.stderr)
+            return NO_SUCH_JOB
         except Conflict as exc:  # it has already ended
             print(f"stepwatch stop: {exc.message}", file=sys.stderr)
             return 1

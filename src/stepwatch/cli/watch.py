@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..protocol import ended_short_text
+from ._errors import INTERRUPTED, NO_SUCH_JOB, no_such_job
 from ._format import (
     END_STATES,
     add_server_flags,
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_CODES", "Feed", "outcome", "progress_line", "register", "run"]
 
 EXIT_CODES = {"finished": 0, "failed": 1, "stopped": 2}
-NOT_FOUND = 3
-INTERRUPTED = 130
 POLL_AFTER_S = 3.0
 """Read the job again when the stream has said nothing for this long (it may have ended unseen)."""
 LINE_EVERY_S = 2.0
@@ -268,15 +267,14 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return missing_client("watch", exc)
     url = server_url(args.server)
-    who = f"{args.namespace}/{args.name}"
     with Client(url, args.token) as client:
         try:
             view = client.job(args.name, args.namespace).raw
             if view["state"] not in END_STATES:
                 view = follow(client, view, sys.stdout)
         except NotFound:
-            print(f"stepwatch watch: no job {who} at {url} (`stepwatch jobs -A` lists them)", file=sys.stderr)
-            return NOT_FOUND
+            print(no_such_job("watch", client, args.name, args.namespace, url), file=sys.stderr)
+            return NO_SUCH_JOB
         except ServerUnreachable:
             print(unreachable(url), file=sys.stderr)
             return 1

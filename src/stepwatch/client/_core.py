@@ -37,9 +37,14 @@ USER_AGENT = "stepwatch-client"
 
 
 def server_url(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """The server to talk to: the argument, ``STEPWATCH_SERVER``, ``STEPWATCH_URL``, then the local default."""
+    """The server to talk to: the argument, ``STEPWATCH_SERVER``, ``STEPWATCH_URL``, then the local default.
+
+    An address without a scheme is read as ``http://`` (``127.0.0.1:8642``, as ``curl`` reads it).
+    """
     env = os.environ if environ is None else environ
-    url = explicit or env.get("STEPWATCH_SERVER") or env.get("STEPWATCH_URL") or DEFAULT_SERVER
+    url = (explicit or env.get("STEPWATCH_SERVER") or env.get("STEPWATCH_URL") or DEFAULT_SERVER).strip()
+    if "://" not in url:
+        url = f"http://{url}"
     if "/apis/trainer.kubeflow.org/" in url:
         url = url.split("/apis/trainer.kubeflow.org/")[0]
     return url.rstrip("/")
@@ -190,6 +195,23 @@ def read_json(response: Response, what: str = "answer") -> Any:
         ) from None
 
 
+def _short(exc: Exception) -> str:
+    """An error's gist for a one-line message: the status, or the first words of what came back."""
+    if isinstance(exc, ApiError):
+        return f"HTTP {exc.status}"
+    return "something that is not JSON"
+
+
+def _base_hint(url: str) -> str:
+    """``--server`` takes the server's base URL: say which one when the user gave an API path."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.path.rstrip("/") in ("", "/"):
+        return ""
+    return f" (give the server's base URL, e.g. {parts.scheme}://{parts.netloc}, without {parts.path})"
+
+
 def check_version(config: Config, /) -> Operation[dict[str, Any]]:
     """Ask the server what it speaks; :class:`IncompatibleServer` unless it is this client's API version."""
     try:
@@ -197,8 +219,8 @@ def check_version(config: Config, /) -> Operation[dict[str, Any]]:
         found = read_json(response, "version")
     except (ApiError, InvalidResponse) as exc:
         raise IncompatibleServer(
-            f"{config.url} does not answer GET /api/v1/version as a stepwatch server does ({exc}); "
-            f"this client speaks API {API_VERSION}"
+            f"{config.url} is not a stepwatch server: GET /api/v1/version answered {_short(exc)}"
+            f"{_base_hint(config.url)}"
         ) from None
     if not isinstance(found, dict):
         raise IncompatibleServer(f"{config.url} answered GET /api/v1/version with {type(found).__name__}")

@@ -48,29 +48,53 @@ try:
 except ImportError as exc:  # a leaf module: only this needs optuna
     raise ImportError(f"stepwatch.client.optuna needs optuna ({exc}): pip install 'stepwatch[optuna]'") from None
 
-__all__ = ["Savings", "follow_trial", "run_trial", "savings"]
+__all__ = ["Savings", "follow_trial", "report_grid", "run_trial", "savings"]
 
 _ATTR = "stepwatch"
 """Where a trial keeps what stepwatch knows of it (``trial.user_attrs["stepwatch"]``)."""
 
 
-class _Reporter:
-    """Hands a job's new points of one metric to an Optuna trial, each step once, in order."""
+GRID_POINTS = 50
+"""Values reported to a trial over its planned steps (``report_every`` defaults to total steps over this)."""
+GRID_UNKNOWN_TOTAL = 10
+"""``report_every`` of a job that says no total steps."""
 
-    def __init__(self, trial: optuna.trial.Trial, metric: str, use: str) -> None:
+
+def report_grid(total_steps: int | None) -> int:
+    """The steps between two values reported to a trial: the same for trials of the same length."""
+    if not total_steps:
+        return GRID_UNKNOWN_TOTAL
+    return max(1, total_steps // GRID_POINTS)
+
+
+class _Reporter:
+    """Hands a job's new points of one metric to an Optuna trial, on a grid of steps, in order.
+
+    A job's points land at whatever step its report windows end on, different in every trial; Optuna's
+    pruners compare the values of trials at the *same* step (MedianPruner takes the median of the other
+    trials' values at this trial's step). Each value is therefore reported at the grid steps (multiples
+    of ``every``) that its point reached since the last one: every trial of the study reports the same
+    steps, and the pruner has values to compare.
+    """
+
+    def __init__(self, trial: optuna.trial.Trial, metric: str, use: str, every: int) -> None:
         self.trial = trial
         self.metric = metric
         self.use = use
+        self.every = every
         self.last_step = -1
         self.last_value: float | None = None
+        self.last_grid = 0
         self.reported = 0
 
     def offer(self, step: int | None, value: float | None) -> None:
         if step is None or value is None or step <= self.last_step:
             return
-        self.trial.report(value, step)
         self.last_step, self.last_value = step, value
-        self.reported += 1
+        for grid in range(self.last_grid + self.every, step + 1, self.every):
+            self.trial.report(value, grid)
+            self.last_grid = grid
+            self.reported += 1
 
     def catch_up(self, client: Client, name: str, namespace: str | None) -> None:
         """Report what the history has and the stream did not bring (before it was open, or while it was down)."""
@@ -93,16 +117,25 @@ def follow_trial(
     value: str = "last",
     reason: str | None = None,
     timeout: float | None = None,
+    report_every: int | None = None,
 ) -> float:
-    """Follow a running job as an Optuna trial until it ends; returns the metric's last value.
+    """Follow a running job as an Optuna trial until it ends; returns the metric's final value.
 
     Each new point of ``metric`` (its ``last`` value, or ``mean``/``min``/``max`` of the window with
-    ``value``) goes to ``trial.report``; once ``trial.should_prune()``, the job is asked to checkpoint
-    and stop, and :class:`optuna.TrialPruned` is raised when it has ended. Also usable on its own for
-    jobs started elsewhere.
+    ``value``) goes to ``trial.report`` at the grid steps it reached (multiples of ``report_every``,
+    by default the job's total steps over 50, else 10: the same steps in every trial of the same
+    length, which pruners that compare equal steps need); once ``trial.should_prune()``, the job is
+    asked to checkpoint and stop, and :class:`optuna.TrialPruned` is raised when it has ended. Once
+    the job has ended, its history is read again: the value returned is that of its final point,
+    which the live stream may bring after the end. Also usable on its own for jobs started elsewhere.
     """
     namespace = namespace or client.namespace
-    reporter = _Reporter(trial, metric, value)
+    if report_every is None:
+        try:
+            report_every = report_grid(client.job(name, namespace).progress.total_steps)
+        except StepwatchError:
+            report_every = GRID_UNKNOWN_TOTAL
+    reporter = _Reporter(trial, metric, value, report_every)
     pruned_at: int | None = None
     for update in client._watch(client._session(name, namespace, None, True, timeout, announce=True)):
         if isinstance(update, Resync):
@@ -128,8 +161,7 @@ def follow_trial(
     _remember(client, trial, name, namespace, pruned_at)
     if pruned_at is not None:
         raise optuna.TrialPruned(f"{namespace}/{name} pruned at step {pruned_at}")
-    if reporter.last_value is None:
-        reporter.catch_up(client, name, namespace)
+    reporter.catch_up(client, name, namespace)  # the final points may come after the end on the stream
     if reporter.last_value is None:
         raise StepwatchError(f"{namespace}/{name} ended without reporting {metric}")
     return reporter.last_value
@@ -207,7 +239,8 @@ def run_trial(
     )
     watcher.start()
     try:
-        return follow_trial(client, trial, name, namespace, metric=metric, value=value)
+        every = report_grid(total_steps) if total_steps else None
+        return follow_trial(client, trial, name, namespace, metric=metric, value=value, report_every=every)
     finally:
         outcome["following"] = False
         watcher.join(grace + 15)

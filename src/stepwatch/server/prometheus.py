@@ -1,10 +1,11 @@
 """Prometheus exposition of every job: ``GET /metrics`` for Grafana dashboards and Alertmanager rules.
 
-Per live job (pending or running, latest attempt): progress ratio, step and total, ETA, steps per
-second, age of the last report, health (one series per state, 1 for the current one), cost rate
-and spent, and the last value of each metric. Per namespace, over every job: how many are in each
-state and health, and the cost figures summed. Ended jobs leave the per-job series (their totals
-stay in the namespace sums), so the series count follows the live jobs, not the history.
+Per live job (pending or running, latest attempt; labels ``namespace`` and ``job_name``): progress
+ratio, step and total, ETA, steps per second, age of the last report, health (one series per state,
+1 for the current one), cost rate and spent, and the last value of each metric. Per namespace, over
+every job: how many are in each state and health, and the cost figures summed. Ended jobs leave the
+per-job series (their totals stay in the namespace sums), so the series count follows the live jobs,
+not the history.
 
 The figures are computed at scrape time from the store's view of the jobs (no state of its own);
 values are the same the API and the dashboard show.
@@ -26,7 +27,12 @@ from .notify import Notifier
 from .store import HEALTH_STATES, Job, JobFilter, Store
 from .views import cost_of, progress_percent, remaining_seconds
 
-__all__ = ["JobsCollector", "registry_for"]
+__all__ = ["JOB_LABEL", "JobsCollector", "registry_for"]
+
+JOB_LABEL = "job_name"
+"""The training job's label. Not ``job``: Prometheus gives every scraped series ``job`` (the name of
+its scrape job) and, with ``honor_labels`` off as by default, renames a ``job`` of ours to
+``exported_job``, so ``{job="train"}`` finds nothing and alerts name the scrape job instead."""
 
 LIVE = ("pending", "running")
 MAX_JOBS = 10_000
@@ -50,7 +56,7 @@ class JobsCollector(Collector):
         """Every metric family, built from the jobs of the store now."""
         now = self.clock()
         jobs = self.store.jobs(JobFilter(limit=MAX_JOBS))
-        labels = ["namespace", "job"]
+        labels = ["namespace", JOB_LABEL]
         g: dict[str, GaugeMetricFamily] = {
             name: GaugeMetricFamily(f"stepwatch_job_{name}", text, labels=labels)
             for name, text in (
