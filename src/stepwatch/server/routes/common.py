@@ -40,9 +40,11 @@ __all__ = [
     "Services",
     "authorize",
     "blocking",
+    "decode_json",
     "fast_json_loads",
     "hash_token",
     "identify",
+    "read_body",
     "read_json",
     "require",
     "require_job",
@@ -147,6 +149,11 @@ def _unavailable(exc: StoreError) -> ApiError:
 
 async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any:
     """The request body as JSON, read at most ``limit`` bytes far (413 beyond, 422 when malformed)."""
+    return decode_json(await read_body(request, limit))
+
+
+async def read_body(request: Request, limit: int = LIMITS.max_body_bytes) -> bytes:
+    """The request body, read at most ``limit`` bytes far (413 beyond; 408 when it comes too slowly)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -166,8 +173,13 @@ async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any
     except TimeoutError:
         message = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
         raise ApiError(408, message, headers={"Connection": "close"}) from None
+    return bytes(body)
+
+
+def decode_json(body: bytes) -> Any:
+    """A body read by :func:`read_body` as JSON (413 over the limit, 422 when malformed)."""
     try:
-        return decode_body(bytes(body), fast_json_loads)
+        return decode_body(body, fast_json_loads)
     except BodyTooLarge as exc:
         raise ApiError(413, exc.message) from None
     except ProtocolError as exc:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ... import health
+from ...ingest_steps import apply_trainer_status
 from ...routes.common import Services, blocking, hash_token
 from ...store import Job, JobFilter
 from ...store.base import FINAL_STATES
@@ -373,16 +373,10 @@ class TrainJobRunner:
                 fresh = await svc.policies.review(fresh, now)
                 self._publish(fresh, now, event=(action.state, action.reason) if fresh.state != job.state else None)
             elif isinstance(action, Mirror):
-                result = await blocking(svc.store.ingest_status, job, action.status, now)
-                fresh, update = await health.assess(
-                    svc.health, svc.store, blocking, result, 0, result.job.step, result.job.total_steps, now
-                )
-                fresh = await svc.policies.review(fresh, now)
+                fresh = await apply_trainer_status(svc, job, action.status, now)  # as the status endpoint does
                 self.seen[key].mirrored = action.fingerprint
                 self.stats["mirrored"] += 1
-                self._publish(fresh, now)
-                if update is not None:
-                    health.publish_event(update, svc.live, now)
+                self.jobs[key] = fresh
             elif isinstance(action, QueueCommand):
                 command = await blocking(svc.store.add_command, job, action.command, action.reason, now)
                 self.checkpoints[job.id] = now
