@@ -39,6 +39,7 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 __all__ = [
     "Services",
     "authorize",
+    "bearer_token",
     "blocking",
     "decode_json",
     "fast_json_loads",
@@ -224,17 +225,24 @@ async def require_job(request: Request, namespace: str, name: str) -> Job:
     return job
 
 
+def bearer_token(request: Request) -> str | None:
+    """The request's bearer token (``Authorization: Bearer <token>``, the scheme in any case, spaces around
+    it as upstream Kubeflow's ``extractRawToken`` allows), or ``None``."""
+    scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 async def authorize(request: Request, job: Job) -> None:
     """403 unless the request carries the job's own write token."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(request)
+    if token is None:
         raise ApiError(403, f"a bearer token is required to write to job {job.key}")
     store = services(request).store
     expected = store.cached_token_hash(job.id)
     if expected is None:
         expected = await blocking(store.token_hash, job.id)
-    if not hmac.compare_digest(hash_token(token.strip()), expected):
+    if not hmac.compare_digest(hash_token(token), expected):
         raise ApiError(403, f"this token cannot write to job {job.key}")
 
 

@@ -15,7 +15,7 @@ from ..ingest_steps import after_ingest, apply_trainer_status, review
 from ..ingest_steps import estimate as estimate_eta
 from ..responses import FastJSONResponse
 from ..store import Job, PendingReport
-from .common import authorize, blocking, decode_json, read_body, read_json, require_job, services
+from .common import authorize, bearer_token, blocking, decode_json, read_body, read_json, require_job, services
 from .pod_tokens import job_for_pod, pod_bearer
 
 __all__ = ["review", "routes"]
@@ -84,8 +84,7 @@ async def _job_of_token(request: Request, namespace: str, name: str) -> Job:
     """The job a stepwatch job token writes to: 403 for a job it does not know as for a wrong token, so
     that a caller without the token learns nothing of which jobs exist (upstream authorises first)."""
     key = f"{namespace[:63]}/{name[:63]}"
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    if bearer_token(request) is None:
         raise ApiError(403, f"a bearer token is required to write to job {key}")
     job = None
     if is_valid_name(namespace) and is_valid_name(name):

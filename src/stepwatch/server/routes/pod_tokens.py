@@ -14,7 +14,7 @@ from ..errors import ApiError
 from ..runners.kubernetes.tokens import PodTokenError, looks_like_jwt
 from ..store import Job
 from ..views import job_view
-from .common import blocking, check_name, hash_token, services
+from .common import bearer_token, blocking, check_name, hash_token, services
 
 __all__ = ["job_for_pod", "pod_bearer"]
 
@@ -23,9 +23,8 @@ def pod_bearer(request: Request) -> str | None:
     """The request's bearer token when it is a JWT and pod tokens are accepted; else ``None``."""
     if getattr(request.app.state, "pod_tokens", None) is None:
         return None
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and looks_like_jwt(token) else None
+    token = bearer_token(request)
+    return token if token is not None and looks_like_jwt(token) else None
 
 
 async def job_for_pod(request: Request, namespace: str, name: str, token: str) -> Job:
