@@ -146,7 +146,7 @@ def test_body_size_limit_rejects_when_content_length_exceeds_max_bytes(cluster: 
     """middleware_test.go TestBodySizeLimitMiddleware "rejects when Content-Length exceeds maxBytes", at
     upstream's real limit (server.go ``maxBodySize = 1 << 16``): 413 before the token is looked at."""
     _register(cluster, "job")
-    body = "x" * (1 << 16 + 1)
+    body = "x" * ((1 << 16) + 1)
     _is_status(_post(cluster, "job", None, body), 413, "RequestEntityTooLarge")
 
 
