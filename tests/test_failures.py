@@ -176,7 +176,9 @@ def assert_complete_until_signal(reports: list[Report], final: Report) -> None:
     assert_complete(reports, last)
 
 
-def finish_delivered(run: stepwatch.Run, sink: ReportSink, state: str = "finished", expected: str | None = None) -> None:
+def finish_delivered(
+    run: stepwatch.Run, sink: ReportSink, state: str = "finished", expected: str | None = None
+) -> None:
     """``finish()`` delivers the final state (``expected``: what a stop asked for turns it into), and the
     sender thread is gone afterwards."""
     sender = run._sender

@@ -33,6 +33,7 @@ __all__ = [
     "API_VERSION",
     "COMMAND_KINDS",
     "ENDED_STATES",
+    "INT32_MAX",
     "JOB_SORT_KEYS",
     "JOB_STATES",
     "LIMITS",
@@ -692,6 +693,10 @@ class ReportResponse:
 # --------------------------------------------------------------------------------------------------
 
 
+INT32_MAX: Final = 2**31 - 1
+"""Upstream's ``estimatedRemainingSeconds`` and ``progressPercentage`` are ``int32``: larger is invalid."""
+
+
 @dataclass(frozen=True)
 class KubeflowMetric:
     """One upstream metric: a name and a string value, each 1..64 characters."""
@@ -715,7 +720,7 @@ class TrainerStatus:
 
     def __post_init__(self) -> None:
         _check_optional_int(self.progress_percentage, "progressPercentage", minimum=0, maximum=100)
-        _check_optional_int(self.estimated_remaining_seconds, "estimatedRemainingSeconds", minimum=0)
+        _check_optional_int(self.estimated_remaining_seconds, "estimatedRemainingSeconds", minimum=0, maximum=INT32_MAX)
         if len(self.metrics) > LIMITS.max_metrics_per_report:
             raise ProtocolError("metrics", f"at most {LIMITS.max_metrics_per_report} metrics, got {len(self.metrics)}")
         if self.last_updated_time is not None:
@@ -735,12 +740,27 @@ class TrainerStatus:
         return {"trainerStatus": status}
 
     @classmethod
+    def from_request(cls, data: object) -> TrainerStatus | None:
+        """Validate and read the body of a POST to the status endpoint as upstream's status server does
+        (``UpdateTrainJobStatusRequest`` and the TrainJob CRD's markers): ``None`` for a request without
+        a status (``{}``, ``"trainerStatus": null``: upstream answers 200 and changes nothing); a status
+        must carry its ``lastUpdatedTime``."""
+        outer = _object(data, "")
+        if outer.get("trainerStatus") is None:
+            return None
+        status = _object(outer["trainerStatus"], "trainerStatus")
+        if status.get("lastUpdatedTime") is None:
+            raise ProtocolError("trainerStatus.lastUpdatedTime", "is required when trainerStatus is present")
+        return cls.from_body(outer)
+
+    @classmethod
     def from_body(cls, data: object) -> TrainerStatus:
-        """Validate and read a request body ``{"trainerStatus": {...}}``."""
+        """Validate and read a body ``{"trainerStatus": {...}}`` (``lastUpdatedTime`` may be left out)."""
         outer = _object(data, "")
         status = _object(_required(outer, "trainerStatus"), "trainerStatus")
         with _prefix("trainerStatus"):
-            metrics = _array(status.get("metrics", []), "metrics", LIMITS.max_metrics_per_report)
+            listed = status.get("metrics")  # null is no metrics, as upstream's decoder reads it
+            metrics = _array([] if listed is None else listed, "metrics", LIMITS.max_metrics_per_report)
             parsed = []
             for i, m in enumerate(metrics):
                 obj = _object(m, f"metrics[{i}]")

@@ -83,7 +83,14 @@ def test_finishing_within_and_the_gpus_they_free(server: str, ns: str, client: C
         _, token = c.register("later", ns, gpus=4)
         c.register("idle", ns, gpus=2)  # pending: it frees nothing
     # "later" reports as Kubeflow's upstream clients do: a day to go
-    status = {"trainerStatus": {"progressPercentage": 3, "estimatedRemainingSeconds": 86_400, "metrics": []}}
+    status = {
+        "trainerStatus": {
+            "progressPercentage": 3,
+            "estimatedRemainingSeconds": 86_400,
+            "metrics": [],
+            "lastUpdatedTime": "2026-01-01T00:00:00Z",  # required, as upstream's CRD has it
+        }
+    }
     answer = httpx.post(
         f"{server}/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/later/status",
         json=status,

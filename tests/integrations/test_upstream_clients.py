@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from stepwatch.cli import main
+from stepwatch.client import Client
+
 
 @pytest.fixture
 def kubeflow_env(live_job: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -89,6 +92,8 @@ def test_transformers_kubeflow_callback(kubeflow_env: Any, tmp_path: Path) -> No
     assert job["progress"]["percent"] == 100.0  # its final status
     assert job["progress"]["total_steps"] == 12  # from its first status (the final one drops the steps)
     assert job["eta"]["reported_seconds"] == 0
+    assert (job["eta"]["remaining_seconds"], job["eta"]["source"]) == (0.0, "reported")
+    assert job["trainerStatus"]["progressPercentage"] == 100 and job["trainerStatus"]["estimatedRemainingSeconds"] == 0
     metrics = job["metrics"]
     assert {"loss", "grad_norm", "learning_rate", "eval_loss", "train_loss"} <= set(metrics)
     assert metrics["eval_loss"] == pytest.approx(float(_value(job, "eval_loss")))
@@ -121,3 +126,87 @@ def test_in_a_kubeflow_pod_stepwatch_replaces_transformers_reporter(kubeflow_env
     assert (progress["percent"], progress["step"], progress["total_steps"]) == (100.0, 12, 12)
     assert progress["epoch"] == 0.75 and progress["total_epochs"] == 1  # upstream's callback sends no totals
     assert {"loss", "eval_loss", "learning_rate"} <= set(job["metrics"])
+
+
+# ------------------------------------------------------------------ every reader shows the last status as posted
+
+
+def _readers(job: Any, capsys: pytest.CaptureFixture[str]) -> tuple[list[str], str, Any]:
+    """What a person and a program read of the job: its row of ``stepwatch jobs``, ``stepwatch describe``, and
+    the SDK's job."""
+    capsys.readouterr()
+    assert main(["jobs", "--server", job.url, "-n", "default"]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(job.name + " "))
+    assert main(["describe", job.name, "--server", job.url, "-n", "default"]) == 0
+    described = capsys.readouterr().out
+    with Client(job.url) as client:
+        return row, described, client.job(job.name, "default")
+
+
+def test_an_eta_sent_without_step_metrics_is_shown_by_every_reader(
+    kubeflow_env: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Kubeflow SDK's ETA alone (3600 s, then 0): stepwatch has no rate of its own, the ETA shown is the
+    one sent, labelled as reported (``eta.source``; ``*`` in the CLI), never ``-``."""
+    pytest.importorskip("kubeflow.trainer", reason="the Kubeflow SDK (kubeflow) is not installed")
+    from kubeflow.trainer import update_trainjob_status
+
+    _fresh_sdk(monkeypatch)
+    assert update_trainjob_status(estimated_remaining_seconds=3600) is True
+    job = kubeflow_env.get()
+    assert (job["eta"]["reported_seconds"], job["eta"]["source"]) == (3600, "reported")
+    assert 3000 < job["eta"]["remaining_seconds"] <= 3600  # counted down since it arrived
+    assert job["trainerStatus"]["estimatedRemainingSeconds"] == 3600
+    row, described, sdk = _readers(kubeflow_env, capsys)
+    eta = next(cell for cell in row if cell.endswith("*"))
+    assert eta == "1h00m*" or eta.startswith("59m"), row
+    assert "(reported by the job)" in described
+    assert sdk.eta.source == "reported" and 3000 < (sdk.eta.remaining_seconds or 0) <= 3600
+    assert sdk.trainer_status.estimated_remaining_seconds == 3600
+
+    _fresh_sdk(monkeypatch)
+    assert update_trainjob_status(estimated_remaining_seconds=0) is True
+    job = kubeflow_env.get()
+    assert (job["eta"]["remaining_seconds"], job["eta"]["source"], job["eta"]["reported_seconds"]) == (
+        0.0,
+        "reported",
+        0,
+    )
+    row, described, sdk = _readers(kubeflow_env, capsys)
+    assert "0s*" in row and "-" not in row[row.index("0s*")]
+    assert sdk.eta.remaining_seconds == 0.0 and sdk.trainer_status.estimated_remaining_seconds == 0
+
+
+def test_the_transformers_callbacks_final_status_replaces_the_last_in_every_reader(
+    kubeflow_env: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """transformers' KubeflowCallback (the real one) at step 136 of 200 (68 %), then its final status: 100 %,
+    ETA 0, no ``current_step``. It replaces the last status whole: 100 % and ETA 0 in the API, the
+    ``trainerStatus`` (as posted), ``stepwatch jobs``, ``stepwatch describe`` and the SDK."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from transformers.integrations.integration_utils import KubeflowCallback
+    from transformers.trainer_callback import TrainerControl, TrainerState
+
+    callback = KubeflowCallback()
+    state = TrainerState(max_steps=200, is_world_process_zero=True)
+    control = TrainerControl()
+    callback.on_train_begin(None, state, control)
+    state.global_step, state.epoch = 136, 0.68
+    callback.on_log(None, state, control, logs={"loss": 0.75, "learning_rate": 1e-4})
+    callback._last_update_time = 0.0  # its own 5 s throttle, skipped so that the test takes no 5 s
+    callback.on_step_end(None, state, control)
+    job = kubeflow_env.get()
+    assert (job["progress"]["percent"], job["progress"]["step"]) == (68.0, 136)
+    callback.on_train_end(None, state, control)
+
+    job = kubeflow_env.get()
+    assert job["progress"]["percent"] == 100.0
+    assert (job["eta"]["remaining_seconds"], job["eta"]["source"]) == (0.0, "reported")
+    status = job["trainerStatus"]
+    assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (100, 0)
+    assert {m["name"]: m["value"] for m in status["metrics"]} == {"loss": "0.75", "learning_rate": "0.0001"}
+    row, described, sdk = _readers(kubeflow_env, capsys)
+    assert "100%" in row and "0s*" in row, row
+    assert "100%" in described and "0s (reported by the job" in described
+    assert sdk.percent == 100.0 and sdk.eta.remaining_seconds == 0.0
+    assert (sdk.trainer_status.progress_percentage, sdk.trainer_status.estimated_remaining_seconds) == (100, 0)

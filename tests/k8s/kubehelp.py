@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from fakeapi import FakeApi
 from kubeflow_trainer_api import models as trainer_models
 
+from stepwatch.protocol import format_rfc3339
 from stepwatch.server.runners.kubernetes.api import KubeApi, load_api
 from stepwatch.server.runners.kubernetes.reconcile import Config
 from stepwatch.server.runners.kubernetes.runner import RunnerOptions, TrainJobRunner
@@ -169,7 +170,8 @@ class Cluster:
 
 
 def pod_status(step: int, total: int = 100, loss: float = 1.0, when: str | None = None) -> dict[str, Any]:
-    """A KEP-2779 body as a pod posts it (what KubeflowCallback sends at a step)."""
+    """A KEP-2779 body as a pod posts it (what KubeflowCallback sends at a step; ``lastUpdatedTime``, which
+    upstream's CRD requires, is now unless ``when`` says otherwise)."""
     status: dict[str, Any] = {
         "progressPercentage": step * 100 // total,
         "metrics": [
@@ -178,6 +180,5 @@ def pod_status(step: int, total: int = 100, loss: float = 1.0, when: str | None 
             {"name": "total_steps", "value": str(total)},
         ],
     }
-    if when is not None:
-        status["lastUpdatedTime"] = when
+    status["lastUpdatedTime"] = when if when is not None else format_rfc3339(time.time())
     return {"trainerStatus": status}

@@ -137,10 +137,21 @@ def test_transformers_kubeflow_callback_with_a_pod_token(pod_env: dict[str, Any]
             progress = job["progress"]
             assert (progress["percent"], progress["total_steps"], progress["epoch"]) == (50.0, 200, 1.0)
             assert job["metrics"] == {"loss": 1.5, "learning_rate": 1e-4}
-    callback.on_train_end(None, state, control)  # 100 %, no time left
+    callback.on_train_end(None, state, control)  # 100 %, no time left, no step: it replaces the last status
     wait_for(lambda: (_job(pod_env) or {}).get("eta", {}).get("reported_seconds") == 0, 5, "the final status")
-    obj = wait_for(lambda: _on_trainjob(pod_env, 200), 10, "the status written back onto the TrainJob")
-    assert obj["status"]["trainerStatus"]["progressPercentage"] == 100
+    job = _job(pod_env)
+    assert job is not None and (job["progress"]["percent"], job["eta"]["remaining_seconds"]) == (100.0, 0.0)
+    obj = wait_for(lambda: _final_on_trainjob(pod_env), 10, "the final status written back onto the TrainJob")
+    status = obj["status"]["trainerStatus"]
+    assert {m["name"] for m in status["metrics"]} == {"loss", "learning_rate"}  # as posted, no current_step
+
+
+def _final_on_trainjob(env: dict[str, Any]) -> dict[str, Any] | None:
+    """The TrainJob once the runner wrote the callback's final status onto it, as posted (100 %, ETA 0)."""
+    obj: dict[str, Any] = env["fake"].trainjobs[("nlp", "llama")]
+    status = obj.get("status", {}).get("trainerStatus", {})
+    final = (status.get("progressPercentage"), status.get("estimatedRemainingSeconds")) == (100, 0)
+    return obj if final else None
 
 
 def test_the_clients_check_the_servers_certificate(

@@ -28,9 +28,10 @@ def reviews(cluster: Cluster) -> int:
 def test_a_pod_of_the_trainjob_writes_its_status_and_the_review_is_cached(cluster: Cluster) -> None:
     pod(cluster, "llama-node-0-0", "llama")
     token = cluster.fake.token("nlp", "llama-node-0-0")
-    response = cluster.post_status("llama", token, pod_status(10))
+    body = pod_status(10)
+    response = cluster.post_status("llama", token, body)
     assert response.status_code == 200, response.text
-    assert response.json() == pod_status(10)  # upstream echoes the payload
+    assert response.json() == body  # upstream echoes the payload
     view = cluster.job("llama")
     assert view is not None and view["source"] == "kubeflow" and view["progress"]["step"] == 10
     before = api_calls(cluster)

@@ -110,9 +110,9 @@ short_text = st.text(min_size=1, max_size=64)
 trainer_statuses = st.builds(
     TrainerStatus,
     progress_percentage=st.none() | st.integers(0, 100),
-    estimated_remaining_seconds=st.none() | ints,
+    estimated_remaining_seconds=st.none() | st.integers(0, 2**31 - 1),  # an int32, as upstream's CRD has it
     metrics=st.lists(st.builds(KubeflowMetric, name=metric_names, value=short_text), max_size=8).map(tuple),
-    last_updated_time=st.none() | st.integers(0, 4_000_000_000).map(float).map(format_rfc3339),
+    last_updated_time=st.integers(0, 4_000_000_000).map(float).map(format_rfc3339),  # required upstream
 )
 
 # Any JSON value, with the awkward ones: huge integers, deep nesting, the non-finite strings, odd keys.

@@ -537,7 +537,14 @@ ERROR_CASES = [
         id="kubeflow-other-jobs-token",
     ),
     pytest.param(
-        Case("POST", KF_A.replace("job-a", "nope"), 404, "job default/nope not found", json=UPSTREAM_STATUS),
+        # upstream authorises before it looks the TrainJob up: no token tells which jobs exist
+        Case(
+            "POST",
+            KF_A.replace("job-a", "nope"),
+            403,
+            "this token cannot write to job default/nope",
+            json=UPSTREAM_STATUS,
+        ),
         id="kubeflow-unknown-job",
     ),
     pytest.param(
@@ -550,7 +557,15 @@ ERROR_CASES = [
     ),
     pytest.param(Case("POST", KF_A, 422, "body is not valid JSON", content=b"{"), id="kubeflow-malformed"),
     pytest.param(
-        Case("POST", KF_A, 422, "is required", "trainerStatus", json={"status": {}}), id="kubeflow-no-trainer-status"
+        Case(
+            "POST",
+            KF_A,
+            422,
+            "is required when trainerStatus is present",
+            "trainerStatus.lastUpdatedTime",
+            json={"trainerStatus": {"progressPercentage": 5}},
+        ),
+        id="kubeflow-no-last-updated-time",
     ),
     pytest.param(
         Case(

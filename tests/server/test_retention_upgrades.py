@@ -158,7 +158,7 @@ def old(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> OldData
     return OldDatabase(backend, tmp_path, schemas)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_a_database_of_every_earlier_version_is_upgraded_with_nothing_lost(old: OldDatabase, version: int) -> None:
     if version not in versions(old.backend):
         pytest.skip(f"{old.backend} has no schema version {version}")
@@ -172,6 +172,7 @@ def test_a_database_of_every_earlier_version_is_upgraded_with_nothing_lost(old: 
         assert job is not None and job.state == "running" and job.step == WINDOWS and job.total_steps == 2 * WINDOWS
         assert job.params == {"lr": 0.1} and job.gpus == 8.0 and job.gpu_hour_cost == 2.5
         assert job.health == ("not_learning" if has["health"] else "unknown")
+        assert job.trainer_status is None  # no upstream status kept before the column existed
         columns = store.series_columns(job.id, "loss")
         assert (
             len(columns.steps) == WINDOWS

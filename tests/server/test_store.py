@@ -626,6 +626,43 @@ def test_an_upstream_status_of_a_job_not_in_the_database_is_a_store_error(store:
     assert store.series(10_000, "loss") == [] and store.job("ns", "a") == job
 
 
+def test_an_upstream_status_is_kept_as_posted_replaced_whole_and_read_back_after_a_reopen(
+    store: Store, database: Any, report: Callable[..., Report]
+) -> None:
+    """Upstream replaces the whole trainerStatus at each POST: the job keeps the last one as its client sent
+    it (strings as sent), its progress and ETA as posted or none; a native report ends it."""
+    job = store.register("ns", "a", token_hash="h", now=10.0)
+    first = {
+        "trainerStatus": {
+            "progressPercentage": 68,
+            "estimatedRemainingSeconds": 60,
+            "lastUpdatedTime": "2026-03-01T12:00:00.5+01:00",
+            "metrics": [{"name": "current_step", "value": "136"}, {"name": "phase", "value": "warmup"}],
+        }
+    }
+    job = store.ingest_status(job, TrainerStatus.from_body(first), 20.0).job
+    assert job.trainer_status == first["trainerStatus"]
+    assert (job.step, job.reported_progress, job.reported_eta) == (136, 68, 60)
+    final = {
+        "trainerStatus": {
+            "progressPercentage": 100,
+            "estimatedRemainingSeconds": 0,
+            "lastUpdatedTime": "2026-03-01T12:00:05Z",
+        }
+    }
+    job = store.ingest_status(job, TrainerStatus.from_body(final), 25.0).job
+    assert job.trainer_status == final["trainerStatus"]  # replaced whole: no metrics now
+    assert (job.step, job.reported_progress, job.reported_eta) == (136, 100, 0)  # the last step known
+    bare = {"trainerStatus": {"lastUpdatedTime": "2026-03-01T12:00:06Z"}}
+    job = store.ingest_status(job, TrainerStatus.from_body(bare), 26.0).job
+    assert (job.reported_progress, job.reported_eta) == (None, None)
+    other = database.open()
+    assert other.job("ns", "a") == job  # the column round-trips
+    other.close()
+    job = store.ingest_report(job, report(1, 140, {"loss": 1.0}), 27.0).job
+    assert (job.trainer_status, job.reported_progress, job.step) == (None, None, 140)
+
+
 def test_the_job_cache_follows_writes_and_another_process(
     store: Store, database: Any, report: Callable[..., Report]
 ) -> None:

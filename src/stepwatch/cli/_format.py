@@ -120,9 +120,12 @@ def epoch_text(progress: Mapping[str, Any]) -> str:
     return f"{number(epoch)}/{number(total)}" if total else number(epoch)
 
 
-def eta_text(remaining: float | None) -> str:
-    """Time left: ``-`` when unknown (also for a job that failed or was stopped), ``0s`` when done."""
-    return duration(remaining)
+def eta_text(remaining: float | None, source: str | None = None) -> str:
+    """Time left: ``-`` when unknown (also for a job that failed or was stopped), ``0s`` when done; a ``*``
+    after an ETA the job reported itself (its Kubeflow client's, or its own: ``eta.source`` is ``reported``)
+    rather than stepwatch's estimate."""
+    text = duration(remaining)
+    return f"{text}*" if source == "reported" and remaining is not None else text
 
 
 def loss_of(metrics: Mapping[str, Any]) -> float | str | None:

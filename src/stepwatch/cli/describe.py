@@ -113,7 +113,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
             ("Step", step_text(progress)),
             ("Epoch", epoch_text(progress)),
             ("Steps/s", rate_text(progress.get("steps_per_second"))),
-            ("ETA", eta_text(eta.get("remaining_seconds"))),
+            ("ETA", _eta_line(eta)),
             ("Finishes", clock_time(eta.get("finish_time"), now)),
             ("Elapsed", duration(times.get("elapsed_seconds"))),
             ("World size", str(progress.get("world_size") or 1)),
@@ -181,3 +181,13 @@ def _ago(seconds: float | None) -> str:
 
 def _money(value: Any) -> str:
     return "-" if value is None else f"${value:,.2f}"
+
+
+def _eta_line(eta: dict[str, Any]) -> str:
+    """The ETA readers are shown, saying when the job reported it itself, with stepwatch's own beside it."""
+    remaining = eta.get("remaining_seconds")
+    if eta.get("source") != "reported" or remaining is None:
+        return eta_text(remaining)
+    own = eta.get("estimate_seconds")
+    beside = f"; stepwatch's estimate {eta_text(own)}" if own is not None else ""
+    return f"{eta_text(remaining)} (reported by the job{beside})"

@@ -100,7 +100,7 @@ def job_row(view: dict[str, Any], *, wide: bool = False, now: float | None = Non
         progress_text(view),
         step_text(progress),
         epoch_text(progress),
-        eta_text(remaining),
+        eta_text(remaining, eta.get("source")),
         Cell(shown_loss, "bold red" if shown_loss in ("NaN", "Inf", "-Inf") else ""),
         cost_text(view, since),
         age(times.get("created"), now),

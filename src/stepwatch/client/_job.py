@@ -71,11 +71,18 @@ class Progress:
 
 @dataclass(frozen=True)
 class Eta:
-    """When a job should end: seconds left (from the recent rate), the finish time (Unix s), what it reported."""
+    """When a job should end: seconds left and the finish time (Unix s) as readers show them, where they come
+    from, what the job itself last reported, and stepwatch's own estimate beside it."""
 
     remaining_seconds: float | None = None
     finish_time: float | None = None
     reported_seconds: float | None = None
+    """The ETA the job last sent (its Kubeflow client's ``estimatedRemainingSeconds``, or its own), as sent."""
+    source: str | None = None
+    """``reported`` (the job's own ETA, counted down since it arrived), ``estimate`` (stepwatch's, from the
+    recent rate) or ``final`` (0 once finished); ``None`` when no ETA is known."""
+    estimate_seconds: float | None = None
+    """stepwatch's own estimate, shown beside a reported ETA (``None`` when it has none)."""
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str = "eta") -> Eta:
@@ -84,6 +91,8 @@ class Eta:
             remaining_seconds=opt_float(obj, "remaining_seconds", where),
             finish_time=opt_float(obj, "finish_time", where),
             reported_seconds=opt_float(obj, "reported_seconds", where),
+            source=opt_str(obj, "source", where),
+            estimate_seconds=opt_float(obj, "estimate_seconds", where),
         )
 
 

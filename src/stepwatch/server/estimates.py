@@ -68,8 +68,9 @@ def estimate_for_report(store: Store, job: Job, step: int, now: float) -> tuple[
     """(seconds left, steps per second) once this report's step is counted, to store with the report.
 
     A job's own ETA is preferred when it sends one on the native API (it knows its schedule). An ETA
-    from an upstream Kubeflow client is the lifetime average (wrong for a resumed job, slow to see a
-    warm-up end), so for those jobs it is used only until the recent rate is known.
+    from an upstream Kubeflow client is left out: this is stepwatch's own estimate, which readers show
+    beside the one the client posted (``views.eta_of`` shows that one as posted, and any reported ETA
+    while stepwatch has no rate of its own).
     """
     samples = [(s.t, s.step) for s in store.progress_samples(job.id, since=now - HORIZON_S)]
     return estimate_from_samples(job, samples, step, now)
@@ -82,10 +83,6 @@ def estimate_from_samples(
     samples = [*samples, (now, step)]
     reported = job.reported_eta if job.source != "kubeflow" else None
     estimate = estimate_eta(samples, job.total_steps, now=now, reported_eta=reported, reported_at=job.last_report_at)
-    if estimate.method == "insufficient" and job.reported_eta is not None:
-        estimate = estimate_eta(
-            samples, job.total_steps, now=now, reported_eta=job.reported_eta, reported_at=job.last_report_at
-        )
     return estimate.eta_seconds, estimate.rate
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import API_VERSION, COMMAND_KINDS, LIMITS, REPORT_STATES
+from ..protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, REPORT_STATES
 from .policies.model import ACTIONS, TRIGGERS
 from .views import LIST_COLUMNS
 
@@ -131,13 +131,20 @@ _SCHEMAS: dict[str, Any] = {
     },
     "TrainerStatusBody": {
         "type": "object",
-        "description": "KEP-2779: each POST replaces the whole trainerStatus; stepwatch also keeps it as history.",
+        "description": (
+            "Kubeflow Trainer's UpdateTrainJobStatusRequest, checked as upstream's status server and TrainJob CRD "
+            "do: each POST replaces the whole trainerStatus (every reader shows it as posted; stepwatch also "
+            "keeps it as history); a body without trainerStatus (or null) is answered 200 and changes nothing; "
+            "checks run in upstream's order: size (413), token (403), body (422). See docs/kubernetes.md, "
+            "Conformance."
+        ),
         "properties": {
             "trainerStatus": {
-                "type": "object",
+                "type": ["object", "null"],
+                "required": ["lastUpdatedTime"],
                 "properties": {
                     "progressPercentage": {"type": "integer", "minimum": 0, "maximum": 100},
-                    "estimatedRemainingSeconds": {"type": "integer", "minimum": 0},
+                    "estimatedRemainingSeconds": {"type": "integer", "minimum": 0, "maximum": INT32_MAX},
                     "metrics": {
                         "type": "array",
                         "maxItems": LIMITS.max_metrics_per_report,
@@ -154,11 +161,10 @@ _SCHEMAS: dict[str, Any] = {
                             "required": ["name", "value"],
                         },
                     },
-                    "lastUpdatedTime": {"type": "string", "format": "date-time"},
+                    "lastUpdatedTime": {"type": "string", "format": "date-time", "description": "kept as sent"},
                 },
             }
         },
-        "required": ["trainerStatus"],
     },
     "Registration": {
         "type": "object",
@@ -201,7 +207,11 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": (
             "A job with its derived progress, ETA, last metrics, health (state, since, evidence) and cost "
-            "(rate_per_hour, spent, projected, wasted)."
+            "(rate_per_hour, spent, projected, wasted). eta.source says where the ETA shown comes from: "
+            "reported (the job's own: its Kubeflow client's estimatedRemainingSeconds as posted, or its report "
+            "core's, counted down since it arrived), estimate (stepwatch's, from the recent rate; also in "
+            "eta.estimate_seconds beside a reported one) or final. trainerStatus (full views) is the last "
+            "status an upstream Kubeflow client posted, as posted, or the job in that shape."
         ),
     },
     "JobList": {
@@ -454,7 +464,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "parameters": _JOB,
                 "security": _BEARER,
                 "requestBody": _body("TrainerStatusBody"),
-                "responses": {**_ok("TrainerStatusBody"), **_errors(403, 404, 413, 422, 503)},
+                "responses": {**_ok("TrainerStatusBody"), **_errors(403, 413, 422, 429, 503)},
             }
         },
         "/api/v1/events": {

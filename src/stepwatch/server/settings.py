@@ -354,7 +354,9 @@ SERVER_SETTINGS: tuple[_Setting, ...] = (
         "STEPWATCH_K8S_AUDIENCE",
         "trainer.kubeflow.org",
         str,
-        "the audience pod tokens must be issued for (Kubeflow Trainer's own by default)",
+        "an audience pod tokens may be issued for, valid for any TrainJob of the token's namespace (KEP-2779's "
+        "text by default); the one Kubeflow Trainer projects, trainer.kubeflow.org/v1alpha1/namespaces/NS/"
+        "trainjobs/NAME/status, is always accepted for that TrainJob",
     ),
     _Setting(
         "k8s_job_rate",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
-from ..protocol import encode_float, format_rfc3339
+from ..protocol import INT32_MAX, encode_float, format_rfc3339
 from .analysis.cost import Cost, job_cost
 from .store import Job
 
@@ -13,13 +13,17 @@ __all__ = [
     "LIST_COLUMNS",
     "WASTEFUL_HEALTH",
     "CompactViews",
+    "EtaSource",
     "cost_of",
     "cost_view",
+    "eta_of",
+    "eta_view",
     "job_view",
     "json_float",
     "progress_percent",
     "remaining_seconds",
     "saved_by_policy",
+    "trainer_status_view",
 ]
 
 
@@ -29,18 +33,18 @@ def json_float(value: float | None) -> float | str | None:
 
 
 def progress_percent(job: Job) -> float | None:
-    """Progress in percent: from steps, else epochs, else what the job reported.
+    """Progress in percent: what the job's upstream client posted in its last status (as posted), else
+    from steps, else epochs, else 100 for a finished job that never said how far it got.
 
     An ended job keeps its real progress (a script that exits at step 199 of 400 ended at 49.75 %,
-    whatever its state); only a finished job that never said how far it got is at 100. The stores'
-    ``PROGRESS_SQL`` (the sort and filter by progress) is the same rule.
+    whatever its state). The stores' ``PROGRESS_SQL`` (the sort and filter by progress) is the same rule.
     """
+    if job.reported_progress is not None:
+        return float(job.reported_progress)
     if job.step is not None and job.total_steps:
         return max(0.0, min(100.0, 100.0 * job.step / job.total_steps))
     if job.epoch is not None and job.total_epochs:
         return max(0.0, min(100.0, 100.0 * job.epoch / job.total_epochs))
-    if job.reported_progress is not None:
-        return float(job.reported_progress)
     if job.state == "finished":
         return 100.0
     return None
@@ -53,6 +57,80 @@ def remaining_seconds(job: Job, now: float) -> float | None:
     if job.eta_seconds is None or job.eta_at is None:
         return None
     return max(job.eta_seconds - max(now - job.eta_at, 0.0), 0.0)
+
+
+_ENDED = frozenset({"finished", "failed", "stopped"})
+
+EtaSource = Literal["reported", "estimate", "final"]
+"""Where a shown ETA comes from: the job's own (``reported``: posted by its Kubeflow client, or sent by
+the report core, counted down since it arrived), stepwatch's (``estimate``: its recent rate), or the
+end (``final``: 0 once finished)."""
+
+
+def eta_of(job: Job, now: float) -> tuple[float | None, EtaSource | None]:
+    """The seconds left that readers show, and where they come from.
+
+    An ETA a Kubeflow client posted in the job's last status is shown as posted (counted down since it
+    arrived), never replaced by stepwatch's own; else stepwatch's estimate; else, while stepwatch has
+    no rate of its own, what the job reported (its report core's ETA).
+    """
+    if job.state in _ENDED:
+        return (0.0, "final") if job.state == "finished" else (None, None)
+    posted = _posted_eta(job)
+    if posted is not None:
+        return _counted_down(posted, job.last_report_at, now), "reported"
+    own = remaining_seconds(job, now)
+    if own is not None:
+        # a job's own ETA on the native API is preferred by the estimate (analysis.eta: "reported")
+        return own, "reported" if job.reported_eta is not None and job.trainer_status is None else "estimate"
+    if job.eta_rate is None and job.reported_eta is not None and math.isfinite(job.reported_eta):
+        return _counted_down(job.reported_eta, job.last_report_at, now), "reported"
+    return None, None
+
+
+def _posted_eta(job: Job) -> float | None:
+    if job.trainer_status is None:
+        return None
+    posted = job.trainer_status.get("estimatedRemainingSeconds")
+    return float(posted) if isinstance(posted, int) else None
+
+
+def _counted_down(seconds: float, since: float | None, now: float) -> float:
+    return max(seconds - max(now - since, 0.0), 0.0) if since is not None else max(seconds, 0.0)
+
+
+def eta_view(job: Job, now: float) -> dict[str, Any]:
+    """The ``eta`` object of a job's view: what readers show (``remaining_seconds``, ``finish_time``, its
+    ``source``), what the job itself last reported (``reported_seconds``, as sent) and stepwatch's own
+    estimate beside it (``estimate_seconds``)."""
+    remaining, source = eta_of(job, now)
+    return {
+        "remaining_seconds": remaining,
+        "finish_time": now + remaining if remaining is not None else None,
+        "source": source,
+        "reported_seconds": job.reported_eta,
+        "estimate_seconds": None if job.state in _ENDED else remaining_seconds(job, now),
+    }
+
+
+def trainer_status_view(job: Job, at: float) -> dict[str, Any]:
+    """The job in Kubeflow Trainer's ``trainerStatus`` shape: the last status its upstream client posted,
+    as posted (strings as sent); for a job that reports otherwise, built from stepwatch's figures at ``at``."""
+    if job.trainer_status is not None:
+        return dict(job.trainer_status)
+    percent = progress_percent(job)
+    remaining, _ = eta_of(job, at)
+    metrics = [{"name": k, "value": _metric_string(v)} for k, v in sorted(job.last_metrics.items())]
+    if job.step is not None:
+        metrics.insert(0, {"name": "current_step", "value": str(job.step)})
+    status: dict[str, Any] = {"metrics": metrics[:256]}
+    if percent is not None:
+        status["progressPercentage"] = int(percent)
+    if remaining is not None:
+        status["estimatedRemainingSeconds"] = min(round(remaining), INT32_MAX)
+    if job.last_report_at is not None:
+        status["lastUpdatedTime"] = format_rfc3339(job.last_report_at)
+    return status
 
 
 WASTEFUL_HEALTH = frozenset({"stalled", "not_learning", "diverging"})
@@ -89,20 +167,11 @@ def cost_view(job: Job, now: float, remaining: float | None) -> dict[str, Any]:
 def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
     """The JSON object of a job; ``compact`` (lists) leaves out params and the Kubeflow-shaped copy."""
     percent = progress_percent(job)
-    remaining = remaining_seconds(job, now)
+    eta = eta_view(job, now)
+    remaining = eta["remaining_seconds"]
     end = job.finished_at if job.finished_at is not None else now
     elapsed = end - job.started_at if job.started_at is not None else None
     metrics = {k: json_float(v) for k, v in sorted(job.last_metrics.items())}
-    kubeflow_metrics = [{"name": k, "value": _metric_string(v)} for k, v in sorted(job.last_metrics.items())]
-    if job.step is not None:
-        kubeflow_metrics.insert(0, {"name": "current_step", "value": str(job.step)})
-    trainer_status: dict[str, Any] = {"metrics": kubeflow_metrics[:256]}
-    if percent is not None:
-        trainer_status["progressPercentage"] = int(percent)
-    if remaining is not None:
-        trainer_status["estimatedRemainingSeconds"] = round(remaining)
-    if job.last_report_at is not None:
-        trainer_status["lastUpdatedTime"] = format_rfc3339(job.last_report_at)
     view = {
         "namespace": job.namespace,
         "name": job.name,
@@ -122,11 +191,7 @@ def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
             "samples_per_second": job.samples_per_second,
             "world_size": job.world_size,
         },
-        "eta": {
-            "remaining_seconds": remaining,
-            "finish_time": now + remaining if remaining is not None else None,
-            "reported_seconds": job.reported_eta,
-        },
+        "eta": eta,
         "times": {
             "created": job.created_at,
             "started": job.started_at,
@@ -142,10 +207,11 @@ def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
         "params": job.params,
         "resources": {"gpus": job.gpus, "gpu_type": job.gpu_type or None, "gpu_hour_cost": job.gpu_hour_cost},
         "cost": cost_view(job, now, remaining),
-        "trainerStatus": trainer_status,
     }
-    if compact:
-        del view["params"], view["trainerStatus"]
+    if not compact:
+        view["trainerStatus"] = trainer_status_view(job, now)
+    else:
+        del view["params"]
     return view
 
 
@@ -168,7 +234,9 @@ LIST_COLUMNS: tuple[str, ...] = (
     "progress.world_size",
     "eta.remaining_seconds",
     "eta.finish_time",
+    "eta.source",
     "eta.reported_seconds",
+    "eta.estimate_seconds",
     "times.created",
     "times.started",
     "times.finished",
@@ -199,6 +267,7 @@ a name is a field of the view, or ``field.subfield`` for the fields of its objec
 _TIMED = (
     "eta.remaining_seconds",
     "eta.finish_time",
+    "eta.estimate_seconds",
     "times.elapsed_seconds",
     "times.report_age_seconds",
     "cost.spent",
@@ -236,12 +305,8 @@ class CompactViews:
     def view(self, job: Job, now: float) -> dict[str, Any]:
         """``job_view(job, now, compact=True)``, from the kept part when the job has not changed."""
         view: dict[str, Any] = self._kept(job, now)[1].copy()
-        remaining = remaining_seconds(job, now)
-        view["eta"] = {
-            "remaining_seconds": remaining,
-            "finish_time": now + remaining if remaining is not None else None,
-            "reported_seconds": job.reported_eta,
-        }
+        view["eta"] = eta = eta_view(job, now)
+        remaining = eta["remaining_seconds"]
         times = view["times"] = view["times"].copy()
         if job.started_at is not None and job.finished_at is None:
             times["elapsed_seconds"] = now - job.started_at
@@ -272,12 +337,13 @@ class CompactViews:
         for name in _TIMED:
             columns[name] = list(columns[name])
         remaining_col, finish_col = columns["eta.remaining_seconds"], columns["eta.finish_time"]
+        estimate_col = columns["eta.estimate_seconds"]
         elapsed_col, age_col = columns["times.elapsed_seconds"], columns["times.report_age_seconds"]
         spent_col, projected_col, wasted_col = columns["cost.spent"], columns["cost.projected"], columns["cost.wasted"]
         for i, job in enumerate(jobs):
-            remaining = remaining_seconds(job, now)
-            remaining_col[i] = remaining
-            finish_col[i] = now + remaining if remaining is not None else None
+            eta = eta_view(job, now)
+            remaining = remaining_col[i] = eta["remaining_seconds"]
+            finish_col[i], estimate_col[i] = eta["finish_time"], eta["estimate_seconds"]
             if job.started_at is not None and job.finished_at is None:
                 elapsed_col[i] = now - job.started_at
                 if job.gpus > 0 and job.gpu_hour_cost > 0:

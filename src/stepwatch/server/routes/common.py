@@ -39,10 +39,13 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 __all__ = [
     "Services",
     "authorize",
+    "bearer_token",
     "blocking",
+    "decode_json",
     "fast_json_loads",
     "hash_token",
     "identify",
+    "read_body",
     "read_json",
     "require",
     "require_job",
@@ -147,6 +150,11 @@ def _unavailable(exc: StoreError) -> ApiError:
 
 async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any:
     """The request body as JSON, read at most ``limit`` bytes far (413 beyond, 422 when malformed)."""
+    return decode_json(await read_body(request, limit))
+
+
+async def read_body(request: Request, limit: int = LIMITS.max_body_bytes) -> bytes:
+    """The request body, read at most ``limit`` bytes far (413 beyond; 408 when it comes too slowly)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -166,8 +174,13 @@ async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any
     except TimeoutError:
         message = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
         raise ApiError(408, message, headers={"Connection": "close"}) from None
+    return bytes(body)
+
+
+def decode_json(body: bytes) -> Any:
+    """A body read by :func:`read_body` as JSON (413 over the limit, 422 when malformed)."""
     try:
-        return decode_body(bytes(body), fast_json_loads)
+        return decode_body(body, fast_json_loads)
     except BodyTooLarge as exc:
         raise ApiError(413, exc.message) from None
     except ProtocolError as exc:
@@ -212,17 +225,24 @@ async def require_job(request: Request, namespace: str, name: str) -> Job:
     return job
 
 
+def bearer_token(request: Request) -> str | None:
+    """The request's bearer token (``Authorization: Bearer <token>``, the scheme in any case, spaces around
+    it as upstream Kubeflow's ``extractRawToken`` allows), or ``None``."""
+    scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 async def authorize(request: Request, job: Job) -> None:
     """403 unless the request carries the job's own write token."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(request)
+    if token is None:
         raise ApiError(403, f"a bearer token is required to write to job {job.key}")
     store = services(request).store
     expected = store.cached_token_hash(job.id)
     if expected is None:
         expected = await blocking(store.token_hash, job.id)
-    if not hmac.compare_digest(hash_token(token.strip()), expected):
+    if not hmac.compare_digest(hash_token(token), expected):
         raise ApiError(403, f"this token cannot write to job {job.key}")
 
 

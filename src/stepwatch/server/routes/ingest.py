@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import GpuReading, ProtocolError, Report, ReportResponse, TrainerStatus
-from .. import health
+from ...protocol import ProtocolError, Report, ReportResponse, TrainerStatus, is_valid_name
 from ..errors import ApiError
-from ..estimates import HORIZON_S, estimate_due, estimate_from_samples
+from ..estimates import estimate_due
+from ..ingest_steps import after_ingest, apply_trainer_status, review
+from ..ingest_steps import estimate as estimate_eta
 from ..responses import FastJSONResponse
-from ..store import IngestResult, Job, PendingReport
-from ..store.base import FINAL_STATES
-from ..views import job_view, json_float
-from .common import Services, authorize, blocking, read_json, require_job, services
+from ..store import Job, PendingReport
+from .common import authorize, bearer_token, blocking, decode_json, read_body, read_json, require_job, services
 from .pod_tokens import job_for_pod, pod_bearer
 
 __all__ = ["review", "routes"]
-
-_log = logging.getLogger("stepwatch.server")
 
 
 async def report(request: Request) -> JSONResponse:
@@ -44,13 +38,13 @@ async def report(request: Request) -> JSONResponse:
         with_totals = (
             job if parsed.progress.total_steps is None else replace(job, total_steps=parsed.progress.total_steps)
         )
-        estimate = await _estimate(svc, with_totals, step, now)
+        estimate = await estimate_eta(svc, with_totals, step, now)
     result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
     svc.stats["duplicates" if result.duplicate else "reports"] += 1
     commands = result.commands
     if not result.duplicate:
-        after = await _after_ingest(
-            request, job, result, parsed.identity.rank, step, parsed.progress.total_steps, parsed.gpus
+        after = await after_ingest(
+            svc, job, result, parsed.identity.rank, step, parsed.progress.total_steps, parsed.gpus
         )
         if after.policy_fired != result.job.policy_fired:  # its policy queued commands: they go with this answer
             commands = tuple(await blocking(svc.store.pending_commands, job.id))
@@ -61,106 +55,45 @@ async def report(request: Request) -> JSONResponse:
 async def trainer_status(request: Request) -> JSONResponse:
     """``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``.
 
-    The job's own token, or (when the server accepts them) a TrainJob pod's projected ServiceAccount
-    token: then the job is the TrainJob's, registered here if the runner has not done it yet.
+    Upstream's checks in upstream's order: the body's size (413), then who writes (403), then the job
+    (for a pod token: registered here if the runner has not done it yet), then the body (422). The
+    writer is the job's own token, or (when the server accepts them) a TrainJob pod's projected
+    ServiceAccount token. A request without a status (``{}``) is answered 200 and changes nothing; a
+    status replaces the last one whole (:func:`..ingest_steps.apply_trainer_status`); 200 echoes it.
     """
     namespace, name = request.path_params["namespace"], request.path_params["name"]
+    body = await read_body(request)
     pod_token = pod_bearer(request)
     if pod_token is not None:
         job = await job_for_pod(request, namespace, name, pod_token)
     else:
-        job = await require_job(request, namespace, name)
-        await authorize(request, job)
-    data = await read_json(request)
+        job = await _job_of_token(request, namespace, name)
     try:
-        status = TrainerStatus.from_body(data)
+        status = TrainerStatus.from_request(decode_json(body))
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
+    if status is None:
+        return JSONResponse({})  # upstream echoes the request it read: nothing
     svc = services(request)
-    now = svc.clock()
-    result = await blocking(svc.store.ingest_status, job, status, now)
-    if (
-        not result.duplicate
-        and result.job.step is not None
-        and estimate_due(job, now, result.job.step, svc.progress.count(job.id))
-    ):
-        # the status is in the samples already: estimate from the ones before it, plus it
-        eta = await _estimate(svc, result.job, result.job.step, now, before=now)
-        await blocking(svc.store.set_estimate, result.job.id, eta[0], eta[1], now)
-        result = replace(result, job=replace(result.job, eta_seconds=eta[0], eta_rate=eta[1], eta_at=now))
+    await apply_trainer_status(svc, job, status, svc.clock())
     svc.stats["statuses"] += 1
-    if not result.duplicate:
-        await _after_ingest(request, job, result, 0, result.job.step, result.job.total_steps)
     return JSONResponse(status.to_body())  # upstream echoes the payload
 
 
-async def _estimate(
-    svc: Services, job: Job, step: int, now: float, before: float | None = None
-) -> tuple[float | None, float | None]:
-    """A job's ETA once ``step`` at ``now`` counts, from its recent samples (read from the store once)."""
-    since = now - HORIZON_S
-    if job.id not in svc.progress:
-        svc.progress.load(job.id, await blocking(svc.store.progress_samples, job.id, since))
-    samples = svc.progress.samples(job.id, since) or []
-    if before is not None:
-        samples = [s for s in samples if s[0] < before]
-    return estimate_from_samples(job, samples, step, now)
-
-
-async def _after_ingest(
-    request: Request,
-    before: Job,
-    result: IngestResult,
-    rank: int,
-    step: int | None,
-    total_steps: int | None,
-    gpus: Sequence[GpuReading] = (),
-) -> Job:
-    """Publish what a stored report changed, judge the job's health, let its policy act; the job as it stands."""
-    svc = services(request)
-    job = result.job
-    now = svc.clock()
-    if result.sample is not None:
-        svc.progress.add(job.id, result.sample)
-    if job.state in FINAL_STATES:
-        svc.progress.forget(job.id)
-    job, update = await health.assess(svc.health, svc.store, blocking, result, rank, step, total_steps, now, gpus)
-    job = await review(svc, job, now)
-    svc.live.publish("job", job.namespace, job.name, {"job": job_view(job, now)})
-    if result.new_points:
-        points: dict[str, Any] = {
-            w.name: {
-                "step": w.last_step,
-                "last": json_float(w.last),
-                "min": w.min,
-                "max": w.max,
-                "mean": w.mean,
-                "count": w.count,
-                "nonfinite": w.nonfinite,
-            }
-            for w in result.new_points
-        }
-        svc.live.publish("points", job.namespace, job.name, {"attempt": job.attempt, "t": now, "points": points})
-    if job.state != before.state:
-        for event in await blocking(svc.store.events, job_id=job.id, after=0, limit=1000):
-            if event.kind == job.state:
-                svc.live.publish("event", job.namespace, job.name, _event_view(event))
-    if update is not None:
-        health.publish_event(update, svc.live, now)
+async def _job_of_token(request: Request, namespace: str, name: str) -> Job:
+    """The job a stepwatch job token writes to: 403 for a job it does not know as for a wrong token, so
+    that a caller without the token learns nothing of which jobs exist (upstream authorises first)."""
+    key = f"{namespace[:63]}/{name[:63]}"
+    if bearer_token(request) is None:
+        raise ApiError(403, f"a bearer token is required to write to job {key}")
+    job = None
+    if is_valid_name(namespace) and is_valid_name(name):
+        store = services(request).store
+        job = store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
+    if job is None:
+        raise ApiError(403, f"this token cannot write to job {key}")  # as for a wrong token
+    await authorize(request, job)
     return job
-
-
-async def review(svc: Services, job: Job, now: float) -> Job:
-    """Let the job's policy act; a failure is logged and costs the request nothing (its data is stored)."""
-    try:
-        return await svc.policies.review(job, now)
-    except Exception:
-        _log.exception("the policy review of %s failed; its data is stored all the same", job.key)
-        return job
-
-
-def _event_view(event: Any) -> dict[str, Any]:
-    return {"id": event.id, "t": event.t, "kind": event.kind, "message": event.message, "data": event.data}
 
 
 routes = [

@@ -20,11 +20,11 @@ from ...protocol import (
 )
 from ..errors import ApiError
 from ..history import downsampled
+from ..ingest_steps import review
 from ..responses import FastJSONResponse
 from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Event, Job, JobFilter
 from ..views import job_view
 from .common import authorize, blocking, check_name, hash_token, identify, read_json, require, require_job, services
-from .ingest import review
 from .policies import policy_view, read_policy
 
 __all__ = ["routes"]

@@ -10,11 +10,12 @@ import secrets
 
 from starlette.requests import Request
 
+from ...protocol import is_valid_name
 from ..errors import ApiError
 from ..runners.kubernetes.tokens import PodTokenError, looks_like_jwt
 from ..store import Job
 from ..views import job_view
-from .common import blocking, check_name, hash_token, services
+from .common import bearer_token, blocking, hash_token, services
 
 __all__ = ["job_for_pod", "pod_bearer"]
 
@@ -23,16 +24,15 @@ def pod_bearer(request: Request) -> str | None:
     """The request's bearer token when it is a JWT and pod tokens are accepted; else ``None``."""
     if getattr(request.app.state, "pod_tokens", None) is None:
         return None
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and looks_like_jwt(token) else None
+    token = bearer_token(request)
+    return token if token is not None and looks_like_jwt(token) else None
 
 
 async def job_for_pod(request: Request, namespace: str, name: str, token: str) -> Job:
     """The TrainJob's stepwatch job, once the token proves a pod of that TrainJob sent the request
     (403 otherwise, 429 over the rate limits); registered here when the runner has not yet."""
-    check_name(namespace, "namespace")
-    check_name(name, "job")
+    if not (is_valid_name(namespace) and is_valid_name(name)):  # no TrainJob, no token for it: as upstream, 403
+        raise ApiError(403, f"this token cannot write to job {namespace[:63]}/{name[:63]}")
     try:
         await request.app.state.pod_tokens.admit(namespace, name, token)
     except PodTokenError as exc:

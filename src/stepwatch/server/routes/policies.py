@@ -9,11 +9,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..errors import ApiError
+from ..ingest_steps import review
 from ..policies import Policy, PolicyError, parse_policy
 from ..policies.enforce import checkpoint_advice
 from ..store import Job
 from .common import Services, blocking, check_name, read_json, require, require_job, services
-from .ingest import review
 
 __all__ = ["policy_view", "read_policy", "routes"]
 

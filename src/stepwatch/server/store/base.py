@@ -105,6 +105,9 @@ class Job:
     """The job's own policy (what it sets over its namespace's; see ``server.policies``)."""
     policy_fired: dict[str, Any] = field(default_factory=dict)
     """Triggers its policy has acted on, each with when, what and why (acted on once per trigger)."""
+    trainer_status: dict[str, Any] | None = None
+    """The last upstream Kubeflow ``trainerStatus`` as its client posted it (its known fields; strings as
+    sent), replaced whole by each accepted status; ``None`` when the job's last word was not one."""
 
     @property
     def key(self) -> str:

@@ -3,8 +3,9 @@
 Each store writes the rows its own way (SQLite one statement at a time, PostgreSQL in pipelined
 batches); what follows from a report once it is stored (progress only from rank 0's newest report,
 parameters that only grow, the latest values only from the newest report, the count of non-finite
-values) and how an upstream Kubeflow status is read (numeric metrics become one-value windows,
-``current_step`` and its kin become progress) is decided here, once.
+values) and how an upstream Kubeflow status is read (it replaces the job's last ``trainerStatus`` whole,
+as upstream does; numeric metrics also become one-value windows, ``current_step`` and its kin progress)
+is decided here, once.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[st
             updates.update(eta_seconds=item.estimate[0], eta_rate=item.estimate[1], eta_at=now)
         if progress.step is not None:
             sample = ProgressSample(now, progress.step)
+        if job.trainer_status is not None:  # a native report is the job's last word now, not the upstream status
+            updates.update(trainer_status=None, reported_progress=None)
     if report.params is not None:  # params only grow: a run's later ones add to those it started with
         updates["params"] = {**job.params, **report.params}
     if report.metrics and newest:  # a late report is history, not the latest values
@@ -79,7 +82,10 @@ class UpstreamStatus:
 def upstream_status(job: Job, status: TrainerStatus, now: float) -> UpstreamStatus:
     """Read a Kubeflow ``trainerStatus`` for a job as it now stands: progress, ETA and numeric metrics.
 
-    Upstream metric values are any strings; only those that read as numbers become history.
+    The status replaces the last one whole (upstream's semantics): the job keeps it as posted
+    (``trainer_status``), and its progress and ETA are the ones it posted, or none when it posted none.
+    Upstream metric values are any strings; only those that read as numbers become history (and
+    ``current_step`` the step: a status without it leaves the last step known).
     """
     values: dict[str, float] = {}
     for metric in status.metrics:
@@ -103,6 +109,7 @@ def upstream_status(job: Job, status: TrainerStatus, now: float) -> UpstreamStat
         "last_metrics": {**job.last_metrics, **values},
         "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
         "source": "kubeflow",
+        "trainer_status": status.to_body()["trainerStatus"],
     }
     if total is not None and math.isfinite(total) and total >= 1:
         updates["total_steps"] = int(total)

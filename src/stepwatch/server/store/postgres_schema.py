@@ -21,7 +21,7 @@ import hashlib
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL", "channel", "lock_key"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -186,12 +186,18 @@ MIGRATIONS: dict[int, str] = {
     );
     CREATE INDEX audit_by_namespace ON audit (namespace, id);
     """,
+    # The last upstream Kubeflow trainerStatus as it was posted (JSON; NULL when the job's last word was not
+    # one): each accepted status replaces it whole, and every reader shows it as the client sent it.
+    4: """
+    ALTER TABLE jobs ADD COLUMN trainer_status TEXT;
+    """,
 }
 
 PROGRESS_SQL = (
-    "(CASE WHEN total_steps > 0 AND step IS NOT NULL THEN LEAST(100.0, 100.0 * step / total_steps) "
+    "(CASE WHEN reported_progress IS NOT NULL THEN reported_progress "
+    "WHEN total_steps > 0 AND step IS NOT NULL THEN LEAST(100.0, 100.0 * step / total_steps) "
     "WHEN total_epochs > 0 AND epoch IS NOT NULL THEN LEAST(100.0, 100.0 * epoch / total_epochs) "
-    "WHEN reported_progress IS NOT NULL THEN reported_progress WHEN state = 'finished' THEN 100.0 END)"
+    "WHEN state = 'finished' THEN 100.0 END)"
 )
 SORT_SQL = {
     "name": "name",

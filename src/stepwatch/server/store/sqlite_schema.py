@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -175,12 +175,18 @@ MIGRATIONS: dict[int, str] = {
         changes TEXT NOT NULL
     );
     """,
+    # The last upstream Kubeflow trainerStatus as it was posted (JSON; NULL when the job's last word was not
+    # one): each accepted status replaces it whole, and every reader shows it as the client sent it.
+    6: """
+    ALTER TABLE jobs ADD COLUMN trainer_status TEXT;
+    """,
 }
 
 PROGRESS_SQL = (
-    "(CASE WHEN total_steps > 0 AND step IS NOT NULL THEN MIN(100.0, 100.0 * step / total_steps) "
+    "(CASE WHEN reported_progress IS NOT NULL THEN reported_progress "
+    "WHEN total_steps > 0 AND step IS NOT NULL THEN MIN(100.0, 100.0 * step / total_steps) "
     "WHEN total_epochs > 0 AND epoch IS NOT NULL THEN MIN(100.0, 100.0 * epoch / total_epochs) "
-    "WHEN reported_progress IS NOT NULL THEN reported_progress WHEN state = 'finished' THEN 100.0 END)"
+    "WHEN state = 'finished' THEN 100.0 END)"
 )
 SORT_SQL = {
     "name": "name",

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ....protocol import ProtocolError, TrainerStatus, format_rfc3339, parse_rfc3339
 from ...store import Job
-from ...views import progress_percent, remaining_seconds
+from ...views import eta_of, progress_percent, trainer_status_view
 
 __all__ = [
     "ANNOTATION",
@@ -326,13 +326,16 @@ def trainer_status_for(job: Job) -> dict[str, Any]:
     """The ``status.trainerStatus`` stepwatch writes for a job: progress, ETA and the last metrics (as
     strings, as upstream asks), with ``current_step``/``total_steps``/``current_epoch``/``total_epochs``
     among them as Hugging Face's KubeflowCallback sends them. A function of the stored job alone (the
-    ETA as of the newest report), so an unchanged job gives an unchanged status."""
+    ETA as of the newest report), so an unchanged job gives an unchanged status. A job whose last word
+    was an upstream status gets that status back as its client posted it (what the job view shows)."""
     at = _status_time(job)
+    if job.trainer_status is not None:
+        return trainer_status_view(job, at)
     status: dict[str, Any] = {}
     percent = progress_percent(job)
     if percent is not None:
         status["progressPercentage"] = int(percent)
-    remaining = remaining_seconds(job, at)
+    remaining = eta_of(job, at)[0]
     if remaining is not None:
         status["estimatedRemainingSeconds"] = round(remaining)
     metrics = []
@@ -379,7 +382,7 @@ def annotation_for(job: Job) -> str:
     ``NaN``, ``Inf``, ``-Inf``), and the time of the newest report."""
     at = _status_time(job)
     percent = progress_percent(job)
-    remaining = remaining_seconds(job, at)
+    remaining = eta_of(job, at)[0]
     body: dict[str, Any] = {
         "progressPercentage": None if percent is None else int(percent),
         "estimatedRemainingSeconds": None if remaining is None else round(remaining),

@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...ingest_steps import apply_trainer_status
 from ...routes.common import Services, blocking, hash_token
 from ...store import Job, JobFilter
 from ...store.base import FINAL_STATES
 from ...views import job_view
 from .api import KubeApi, KubeError
-from .mirror import ingest_upstream_status
 from .objects import ANNOTATION, RuntimeSize, TrainJob, parse_trainjob, runtime_size
 from .ratelimit import TokenBucket
 from .reconcile import (
@@ -392,10 +392,12 @@ class TrainJobRunner:
                 fresh = await svc.policies.review(fresh, now)
                 self._publish(fresh, now, event=(action.state, action.reason) if fresh.state != job.state else None)
             elif isinstance(action, Mirror):
-                fresh = await ingest_upstream_status(svc, job, action.status, action.at)
-                self.jobs[key] = fresh
+                fresh = await apply_trainer_status(
+                    svc, job, action.status, action.at
+                )  # as the endpoint, at its own time
                 self.seen[key].mirrored = action.fingerprint
                 self.stats["mirrored"] += 1
+                self.jobs[key] = fresh
             elif isinstance(action, QueueCommand):
                 command = await blocking(svc.store.add_command, job, action.command, action.reason, now)
                 self.checkpoints[job.id] = now

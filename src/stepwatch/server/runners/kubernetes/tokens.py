@@ -1,9 +1,12 @@
 """Projected ServiceAccount tokens of TrainJob pods, at the Kubeflow-compatible status endpoint.
 
-A pod of a TrainJob proves who it is with the token the kubelet mounts for it (audience
-``trainer.kubeflow.org``, as Kubeflow Trainer's KEP-2779 has it). :meth:`PodTokens.admit` takes a
-token for ``POST .../namespaces/{namespace}/trainjobs/{name}/status`` through these steps, cheapest
-first, so that a bad token costs the API server nothing:
+A pod of a TrainJob proves who it is with the token the kubelet mounts for it. Its audience is the one
+Kubeflow Trainer's code projects, one per TrainJob (:func:`trainjob_audience`, upstream's ``utils.go``
+``TokenAudience``: ``trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status``), accepted
+for that TrainJob only; or the audience the server is configured with (``STEPWATCH_K8S_AUDIENCE``, by
+default ``trainer.kubeflow.org`` as KEP-2779's text has it), for any TrainJob of the token's namespace.
+:meth:`PodTokens.admit` takes a token for ``POST .../namespaces/{namespace}/trainjobs/{name}/status``
+through these steps, cheapest first, so that a bad token costs the API server nothing:
 
 1. the JWT's shape, expiry, audience, and its ``kubernetes.io`` claims: the namespace of the path, and
    a pod (a token not bound to a pod is refused);
@@ -36,7 +39,7 @@ from typing import Any
 from .api import KubeApi, KubeError
 from .ratelimit import TokenBucket
 
-__all__ = ["OWNER_LABELS", "PodIdentity", "PodTokenError", "PodTokens", "looks_like_jwt"]
+__all__ = ["OWNER_LABELS", "PodIdentity", "PodTokenError", "PodTokens", "looks_like_jwt", "trainjob_audience"]
 
 _log = logging.getLogger("stepwatch.server.kubernetes")
 
@@ -67,6 +70,11 @@ class PodIdentity:
     pod: str
     pod_uid: str
     service_account: str
+
+
+def trainjob_audience(namespace: str, trainjob: str) -> str:
+    """The audience Kubeflow Trainer projects a TrainJob's pod tokens with (``utils.go`` ``TokenAudience``)."""
+    return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{trainjob}/status"
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -155,13 +163,13 @@ class PodTokens:
     async def _admit(self, namespace: str, trainjob: str, token: str) -> PodIdentity:
         header, claims, signed, signature = self._decode(token)
         now = self.clock()
-        self._check_claims(claims, namespace, now)
+        audience = self._check_claims(claims, namespace, trainjob, now)
         bound = claims["kubernetes.io"]
         await self._check_signature(header, signed, signature)
         subject = str(claims.get("sub") or "")
         self._limit(self._jobs, (namespace, trainjob), self.job_rate, 10, f"TrainJob {namespace}/{trainjob}")
         self._limit(self._accounts, subject, self.account_rate, 5, f"ServiceAccount {subject}")
-        review = await self._review(token, claims, now)
+        review = await self._review(token, claims, now, audience)
         user = review.get("user") or {}
         if user.get("username") != subject:
             raise PodTokenError(403, "the API server names another user for this token than the token does")
@@ -186,7 +194,8 @@ class PodTokens:
             raise PodTokenError(403, "the bearer token is not a ServiceAccount token (JWT)")
         return header, claims, f"{head}.{body}".encode(), signature
 
-    def _check_claims(self, claims: dict[str, Any], namespace: str, now: float) -> None:
+    def _check_claims(self, claims: dict[str, Any], namespace: str, trainjob: str, now: float) -> str:
+        """The claims' checks; the audience the token is accepted for."""
         exp = claims.get("exp")
         if not isinstance(exp, (int, float)) or now > exp + _LEEWAY_S:
             raise PodTokenError(
@@ -197,9 +206,13 @@ class PodTokens:
             raise PodTokenError(403, "the token is not valid yet")
         audiences = claims.get("aud")
         audiences = [audiences] if isinstance(audiences, str) else audiences
-        if not isinstance(audiences, list) or self.audience not in audiences:
+        upstream = trainjob_audience(namespace, trainjob)
+        audience = next((a for a in (upstream, self.audience) if isinstance(audiences, list) and a in audiences), None)
+        if audience is None:
             raise PodTokenError(
-                403, f"the token is not issued for audience {self.audience!r} (project one with that audience)"
+                403,
+                f"the token is not issued for audience {upstream!r} (as Kubeflow Trainer projects it for this "
+                f"TrainJob) nor {self.audience!r}",
             )
         bound = claims.get("kubernetes.io")
         if not isinstance(bound, dict):
@@ -211,6 +224,7 @@ class PodTokens:
         pod = bound.get("pod")
         if not isinstance(pod, dict) or not pod.get("name") or not pod.get("uid"):
             raise PodTokenError(403, "the token is not bound to a pod: use the projected token mounted in the pod")
+        return audience
 
     # ------------------------------------------------------------------ 2. signature
 
@@ -269,14 +283,14 @@ class PodTokens:
 
     # ------------------------------------------------------------------ 4. TokenReview
 
-    async def _review(self, token: str, claims: dict[str, Any], now: float) -> dict[str, Any]:
+    async def _review(self, token: str, claims: dict[str, Any], now: float, audience: str) -> dict[str, Any]:
         key = hashlib.sha256(token.encode()).hexdigest()
         cached = self._reviews.get(key)
         if cached is not None and cached[0] > now:
             status: dict[str, Any] = cached[1]
         else:
             try:
-                status = await asyncio.to_thread(self.api.token_review, token, [self.audience])
+                status = await asyncio.to_thread(self.api.token_review, token, [audience])
             except KubeError as exc:
                 _log.warning("TokenReview failed: %s", exc)
                 raise PodTokenError(403, "the token could not be reviewed by the API server; try again") from None
@@ -289,8 +303,8 @@ class PodTokens:
         if not status.get("authenticated"):
             error = str(status.get("error") or "not authenticated")[:200]
             raise PodTokenError(403, f"the API server does not accept this token: {error}")
-        if self.audience not in (status.get("audiences") or [self.audience]):
-            raise PodTokenError(403, f"the API server does not accept this token for audience {self.audience!r}")
+        if audience not in (status.get("audiences") or [audience]):
+            raise PodTokenError(403, f"the API server does not accept this token for audience {audience!r}")
         return status
 
     # ------------------------------------------------------------------ 5. the pod
