@@ -61,6 +61,7 @@ def make_cluster(fake: FakeApi, tmp_path: Path) -> Iterator[Callable[..., Cluste
     def make(**settings: Any) -> Cluster:
         kubeconfig = fake.kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
         settings.setdefault("k8s_pod_tokens", True)
+        settings.setdefault("allowed_hosts", ("testserver",))  # the in-process client's Host
         the_settings = ServerSettings(kubeconfig=str(kubeconfig), **settings)
         store = SQLiteStore(tmp_path / f"sw-{len(made)}.db")
         app = create_app(the_settings, store=store)

@@ -56,7 +56,7 @@ async def register(request: Request) -> JSONResponse:
         "gpu_type": _gpu_type(body),
         "source": _choice(body, "source", ("native", "runner", "kubeflow"), "native"),
         "supersede": _flag(body, "supersede"),
-        "policy": read_policy(services(request), body["policy"], "policy.").to_dict()
+        "policy": (await read_policy(services(request), body["policy"], "policy.")).to_dict()
         if body.get("policy") is not None
         else None,
     }
