@@ -92,6 +92,7 @@ OPEN = {
     ("GET", "/"),
     ("GET", "/ui/"),
     ("GET", "/docs"),
+    ("GET", "/docs/init.js"),
     ("GET", "/docs/assets/"),
     ("GET", "/openapi.json"),
     ("GET", "/healthz"),

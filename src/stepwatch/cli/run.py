@@ -277,7 +277,7 @@ def _start_background_server(url: str, client: Any) -> bool:
         return False
     port = parts.port or 80
     log_dir = Path(os.environ.get("STEPWATCH_HOME") or Path.home() / ".local" / "share" / "stepwatch")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # beside the database: this user's only
     log = log_dir / "server.log"
     with open(log, "ab") as out:
         subprocess.Popen(

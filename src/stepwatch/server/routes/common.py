@@ -38,7 +38,6 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 __all__ = [
     "Services",
-    "authorize",
     "blocking",
     "fast_json_loads",
     "hash_token",
@@ -46,6 +45,7 @@ __all__ = [
     "read_json",
     "require",
     "require_job",
+    "require_writer",
     "services",
 ]
 
@@ -199,31 +199,48 @@ def check_name(value: str, what: str) -> str:
 
 async def require_job(request: Request, namespace: str, name: str) -> Job:
     """The latest attempt of the job named in the path, or 404."""
-    check_name(namespace, "namespace")
-    check_name(name, "job")
-    store = services(request).store
-    job = store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
+    job = await _find_job(request, namespace, name)
     if job is None:
-        raise ApiError(
-            404,
-            f"job {namespace}/{name} not found; register it first (POST /api/v1/namespaces/"
-            f"{namespace}/jobs) or start it with `stepwatch run`",
-        )
+        raise _job_not_found(namespace, name)
     return job
 
 
-async def authorize(request: Request, job: Job) -> None:
-    """403 unless the request carries the job's own write token."""
+async def _find_job(request: Request, namespace: str, name: str) -> Job | None:
+    check_name(namespace, "namespace")
+    check_name(name, "job")
+    store = services(request).store
+    return store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
+
+
+def _job_not_found(namespace: str, name: str) -> ApiError:
+    return ApiError(
+        404,
+        f"job {namespace}/{name} not found; register it first (POST /api/v1/namespaces/"
+        f"{namespace}/jobs) or start it with `stepwatch run`",
+    )
+
+
+async def require_writer(request: Request, namespace: str, name: str) -> Job:
+    """The job of the path when the request carries its own write token; 403 otherwise.
+
+    With authentication on, a job that does not exist gets the very 403 that a wrong token gets (its
+    words depend on the request only), so a caller without the job's token learns nothing of which jobs
+    exist. Without authentication anyone may list the jobs, so a missing one is a helpful 404."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(403, f"a bearer token is required to write to job {job.key}")
+    token = token.strip() if scheme.lower() == "bearer" else ""
+    job = await _find_job(request, namespace, name)
+    if job is None and not services(request).auth.enabled:
+        raise _job_not_found(namespace, name)
+    if not token:
+        raise ApiError(403, f"a bearer token is required to write to job {namespace}/{name}")
     store = services(request).store
-    expected = store.cached_token_hash(job.id)
-    if expected is None:
-        expected = await blocking(store.token_hash, job.id)
-    if not hmac.compare_digest(hash_token(token.strip()), expected):
-        raise ApiError(403, f"this token cannot write to job {job.key}")
+    expected = None
+    if job is not None:
+        expected = store.cached_token_hash(job.id) or await blocking(store.token_hash, job.id)
+    if job is None or not hmac.compare_digest(hash_token(token), expected or ""):
+        raise ApiError(403, f"this token cannot write to job {namespace}/{name}")
+    return job
 
 
 async def identify(request: Request, *, cookie: bool = False) -> Identity:

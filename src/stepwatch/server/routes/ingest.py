@@ -19,7 +19,7 @@ from ..responses import FastJSONResponse
 from ..store import IngestResult, Job, PendingReport
 from ..store.base import FINAL_STATES
 from ..views import job_view, json_float
-from .common import Services, authorize, blocking, read_json, require_job, services
+from .common import Services, blocking, read_json, require_writer, services
 from .pod_tokens import job_for_pod, pod_bearer
 
 __all__ = ["review", "routes"]
@@ -29,8 +29,7 @@ _log = logging.getLogger("stepwatch.server")
 
 async def report(request: Request) -> JSONResponse:
     """``POST /api/v1/namespaces/{namespace}/jobs/{name}/reports``: one rank's report."""
-    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    await authorize(request, job)
+    job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
     data = await read_json(request)
     try:
         parsed = Report.from_dict(data)
@@ -69,8 +68,7 @@ async def trainer_status(request: Request) -> JSONResponse:
     if pod_token is not None:
         job = await job_for_pod(request, namespace, name, pod_token)
     else:
-        job = await require_job(request, namespace, name)
-        await authorize(request, job)
+        job = await require_writer(request, namespace, name)
     data = await read_json(request)
     try:
         status = TrainerStatus.from_body(data)

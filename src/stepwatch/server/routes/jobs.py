@@ -23,7 +23,17 @@ from ..history import downsampled
 from ..responses import FastJSONResponse
 from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Event, Job, JobFilter
 from ..views import job_view
-from .common import authorize, blocking, check_name, hash_token, identify, read_json, require, require_job, services
+from .common import (
+    blocking,
+    check_name,
+    hash_token,
+    identify,
+    read_json,
+    require,
+    require_job,
+    require_writer,
+    services,
+)
 from .ingest import review
 from .policies import policy_view, read_policy
 
@@ -251,8 +261,7 @@ async def list_commands(request: Request) -> JSONResponse:
 async def set_state(request: Request) -> JSONResponse:
     """``POST .../jobs/{name}/state`` (job token): the runner records how the process ended."""
     svc = services(request)
-    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    await authorize(request, job)
+    job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
     body = _object(await read_json(request))
     state = _choice(body, "state", ("running", "finished", "failed", "stopped"), None)
     exit_code = body.get("exit_code")
