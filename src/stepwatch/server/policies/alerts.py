@@ -69,9 +69,9 @@ def check_targets(urls: tuple[str, ...], secret: str | None, rules: TargetRules 
     Resolves the targets' names: call it off the event loop."""
     try:
         for target in _targets(urls, secret):
-            check_target(target)
             if rules is not None:
                 rules.check(target.url)
+            check_target(target)
     except (ValueError, ImportError) as exc:
         raise PolicyError("notify", str(exc)) from None
 
