@@ -34,9 +34,13 @@ def main() -> None:
             http.post(JOBS, json={"name": "train"})
             got = http.get(f"{JOBS}/train", headers={"Host": "attacker.example"})
             rows.append(("1 GET a job with Host: attacker.example", str(got.status_code)))
-            forged = http.post(JOBS, content=b'{"name":"train","supersede":true}', headers={"Content-Type": "text/plain"})
+            forged = http.post(
+                JOBS, content=b'{"name":"train","supersede":true}', headers={"Content-Type": "text/plain"}
+            )
             attempt = http.get(f"{JOBS}/train").json()["attempt"]
-            rows.append(("1 text/plain POST supersede (a cross-site form)", f"{forged.status_code}, attempt now {attempt}"))
+            rows.append(
+                ("1 text/plain POST supersede (a cross-site form)", f"{forged.status_code}, attempt now {attempt}")
+            )
             stop = http.post(f"{JOBS}/train/commands", json={"kind": "stop"}, headers={"Origin": "http://localhost:1"})
             rows.append(("1 JSON stop with Origin http://localhost:1", str(stop.status_code)))
             page = http.get("/")
@@ -50,8 +54,12 @@ def main() -> None:
             secret = minted.json().get("secret") if minted.status_code == 201 else None
             rows.append(("10 mint an admin token without auth", str(minted.status_code)))
         server.stop()
-        modes = [f"{stat.S_IMODE(os.stat(f'{db}{s}').st_mode):o}" for s in ("", "-wal", "-shm") if os.path.exists(f"{db}{s}")]
-        rows.append(("9 database, -wal, -shm / new directory", f"{' '.join(modes)} / {stat.S_IMODE(where.stat().st_mode):o}"))
+        modes = [
+            f"{stat.S_IMODE(os.stat(f'{db}{s}').st_mode):o}" for s in ("", "-wal", "-shm") if os.path.exists(f"{db}{s}")
+        ]
+        rows.append(
+            ("9 database, -wal, -shm / new directory", f"{' '.join(modes)} / {stat.S_IMODE(where.stat().st_mode):o}")
+        )
         store = SQLiteStore(db)
         store.register("default", "exists", token_hash=hash_token("t"), now=time.time())
         store.close()
@@ -61,8 +69,13 @@ def main() -> None:
                 rows.append(("10 that token after a restart with --auth tokens", str(reused.status_code)))
             else:
                 rows.append(("10 that token after a restart with --auth tokens", "none was made"))
-            answers = [http.post(f"{JOBS}/{name}/state", json={"state": "failed"}).status_code for name in ("exists", "missing")]
-            rows.append(("6 no-token write to an existing / a missing job (auth tokens)", " / ".join(map(str, answers))))
+            answers = [
+                http.post(f"{JOBS}/{name}/state", json={"state": "failed"}).status_code
+                for name in ("exists", "missing")
+            ]
+            rows.append(
+                ("6 no-token write to an existing / a missing job (auth tokens)", " / ".join(map(str, answers)))
+            )
     print(f"stepwatch from {stepwatch.__file__}")
     print("| attack | answer |\n|---|---|")
     for attack, answer in rows:
