@@ -453,7 +453,7 @@ def test_probes_reach_real_routes(
                         assert get["port"] in {p["name"] for p in container["ports"]}
                         paths.add(get["path"])
     assert paths
-    with TestClient(create_app(ServerSettings(db=str(tmp_path / "sw.db")))) as client:
+    with TestClient(create_app(ServerSettings(db=str(tmp_path / "sw.db"), allowed_hosts=("testserver",)))) as client:
         for path in paths:
             answer = client.get(path)
             assert answer.status_code == 200, path

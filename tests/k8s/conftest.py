@@ -62,6 +62,7 @@ def make_cluster(fake: FakeApi, tmp_path: Path) -> Iterator[Callable[..., Cluste
     def make(clock: Callable[[], float] | None = None, **settings: Any) -> Cluster:
         kubeconfig = fake.kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
         settings.setdefault("k8s_pod_tokens", True)
+        settings.setdefault("allowed_hosts", ("testserver",))  # the in-process client's Host
         the_settings = ServerSettings(kubeconfig=str(kubeconfig), **settings)
         store = SQLiteStore(tmp_path / f"sw-{len(made)}.db")
         app = (

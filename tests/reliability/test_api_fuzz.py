@@ -27,7 +27,7 @@ from schemathesis.checks import not_a_server_error
 from wire_strategies import mutated_reports, reports, trainer_statuses
 
 from stepwatch.protocol import Report, TrainerStatus
-from stepwatch.server import create_app
+from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import SQLiteStore
 
 with warnings.catch_warnings():
@@ -44,7 +44,7 @@ INGEST_JOB = "ingest-job"
 class Target:
     def __init__(self, path: Path) -> None:
         self.store = SQLiteStore(path)
-        self.app = create_app(store=self.store)
+        self.app = create_app(ServerSettings(allowed_hosts=("testserver",)), store=self.store)
         self.client = TestClient(self.app, raise_server_exceptions=True)
         self.token = ""
         self.ingest_token = ""

@@ -28,7 +28,7 @@ import pytest
 from starlette.applications import Starlette
 
 from stepwatch.protocol import Identity, MetricWindow, Progress, Report
-from stepwatch.server import create_app
+from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import SQLiteStore, Store
 from stepwatch.testing.server import ServerThread
 
@@ -357,7 +357,8 @@ def store(database: Database) -> Store:
 
 @pytest.fixture
 def app(store: Store, clock: FakeClock) -> Starlette:
-    return create_app(store=store, clock=clock)
+    # the in-process client sends Host: testserver, a name the guard refuses unless allowed
+    return create_app(ServerSettings(allowed_hosts=("testserver",)), store=store, clock=clock)
 
 
 @pytest.fixture

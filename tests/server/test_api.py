@@ -157,6 +157,8 @@ class Case:
     params: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+JSON = {"Content-Type": "application/json"}
+"""What every client sends with a body (the guard refuses other types: tests/server/test_guard.py)."""
 BIG = padded({"name": "big"}, LIMIT + 1)
 BIG_REPORT = padded(good_report(), LIMIT + 1)
 BIG_STATUS = padded(UPSTREAM_STATUS, 2 * LIMIT)
@@ -978,7 +980,20 @@ ERROR_CASES = [
         id="sse-bad-namespace",
     ),
     pytest.param(Case("GET", "/api/v1/events", 404, "no job named 'a_b'", params={"job": "a_b"}), id="sse-bad-job"),
-    pytest.param(Case("POST", "/api/v1/events", 405, "POST is not allowed on /api/v1/events"), id="sse-post"),
+    pytest.param(
+        Case("POST", "/api/v1/events", 405, "POST is not allowed on /api/v1/events", headers=JSON), id="sse-post"
+    ),
+    pytest.param(
+        Case(
+            "POST",
+            REGISTER,
+            415,
+            "a POST to this server must be JSON (Content-Type: application/json), got Content-Type 'text/plain'",
+            content=b'{"name": "x"}',
+            headers={"Content-Type": "text/plain"},
+        ),
+        id="post-not-json",
+    ),
     pytest.param(Case("GET", "/api/v2/jobs", 404, "no route for GET /api/v2/jobs"), id="unknown-route"),
     pytest.param(Case("GET", "/docs/assets/nope.js", 404, "no route for GET /docs/assets/nope.js"), id="unknown-asset"),
     pytest.param(Case("POST", "/healthz", 405, "POST is not allowed on /healthz"), id="healthz-post"),
@@ -999,6 +1014,8 @@ def test_every_error_is_a_status_object_with_the_documented_code(api: Any, seede
     headers = dict(case.headers)
     if case.token is not None and "Authorization" not in headers:
         headers.update(bearer(seeded[case.token]))
+    if case.method == "POST":
+        headers.setdefault("Content-Type", "application/json")  # what every client says; the body is at fault
     kwargs: dict[str, Any] = {"headers": headers, "params": case.params}
     if case.json is not _UNSET:
         kwargs["json"] = case.json
@@ -1011,10 +1028,12 @@ def test_every_error_is_a_status_object_with_the_documented_code(api: Any, seede
 def test_a_body_of_exactly_64_kib_is_accepted(api: Any) -> None:
     token = api.register("edge")
     body = padded(good_report(), LIMIT)
-    response = api.client.post(f"{api.job_path('edge')}/reports", content=body, headers=bearer(token))
+    response = api.client.post(f"{api.job_path('edge')}/reports", content=body, headers={**bearer(token), **JSON})
     assert response.status_code == 200, response.text
     chunked = padded(good_report(seq=2), LIMIT)
-    response = api.client.post(f"{api.job_path('edge')}/reports", content=chunks(chunked)(), headers=bearer(token))
+    response = api.client.post(
+        f"{api.job_path('edge')}/reports", content=chunks(chunked)(), headers={**bearer(token), **JSON}
+    )
     assert response.status_code == 200, response.text
 
 
@@ -1041,7 +1060,9 @@ def test_a_token_of_another_job_writes_nothing(api: Any, make_report: Callable[.
 
 
 def test_non_finite_register_params_are_rejected_and_do_not_poison_reads(api: Any) -> None:
-    response = api.client.post(REGISTER, content=b'{"name": "poison", "params": {"lr": NaN, "wd": Infinity}}')
+    response = api.client.post(
+        REGISTER, content=b'{"name": "poison", "params": {"lr": NaN, "wd": Infinity}}', headers=JSON
+    )
     assert response.status_code in (201, 422), response.text
     assert api.client.get("/api/v1/jobs").status_code == 200
     if response.status_code == 201:
@@ -1075,7 +1096,7 @@ def test_nan_and_infinities_are_kept_and_flagged(api: Any, make_report: Callable
     raw = json.dumps(make_report(3, 30, {"loss": [math.nan]}))
     assert '"last": "NaN"' in raw
     raw = raw.replace('"last": "NaN"', '"last": NaN')
-    response = api.client.post(f"{api.job_path('diverge')}/reports", content=raw, headers=bearer(token))
+    response = api.client.post(f"{api.job_path('diverge')}/reports", content=raw, headers={**bearer(token), **JSON})
     assert response.status_code == 200, response.text
     assert api.job("diverge")["nonfinite_total"] == 5
     assert core(api.history("diverge", metrics="loss")["loss"][-1]) == core(step=30, last="NaN", count=1, nonfinite=1)
@@ -1516,7 +1537,7 @@ def test_openapi_describes_every_route_of_the_app(app: Any, api: Any) -> None:
             served.setdefault(route.path, set()).update(m.lower() for m in route.methods - {"HEAD"})
     # the description does not describe itself nor its viewer (FastAPI leaves these out of the schema too),
     # nor the dashboard's page (its files are under the /ui mount)
-    undocumented = {"/openapi.json", "/docs", "/"}
+    undocumented = {"/openapi.json", "/docs", "/docs/init.js", "/"}
     assert set(served) - undocumented == set(paths)
     for path, methods in served.items():
         if path in undocumented:
@@ -1541,11 +1562,12 @@ def test_the_docs_page_loads_its_assets_from_this_server(api: Any) -> None:
     assert not re.search(r"https?://", page.text), "the docs page must work without internet access"
     assets = re.findall(r'(?:src|href)="(/[^"]+)"', page.text)
     assert "/docs/assets/swagger-ui-bundle.js" in assets and "/docs/assets/swagger-ui.css" in assets
+    assert "/docs/init.js" in assets and not re.search(r"<script>", page.text), "no inline script (CSP)"
     for asset in assets:
         response = api.client.get(asset)
         assert response.status_code == 200, asset
-        assert len(response.content) > 1000, asset
-    assert "/openapi.json" in page.text
+        assert len(response.content) > (40 if asset == "/docs/init.js" else 1000), asset
+    assert "/openapi.json" in api.client.get("/docs/init.js").text
 
 
 def test_version_and_health(api: Any) -> None:

@@ -62,6 +62,7 @@ class Site:
 
 
 def _app(store: Store, clock: Any, **settings: Any) -> Starlette:
+    settings.setdefault("allowed_hosts", ("testserver",))  # the in-process client's Host
     return create_app(ServerSettings(**settings), store=store, clock=clock)
 
 
@@ -91,6 +92,7 @@ OPEN = {
     ("GET", "/"),
     ("GET", "/ui/"),
     ("GET", "/docs"),
+    ("GET", "/docs/init.js"),
     ("GET", "/docs/assets/"),
     ("GET", "/openapi.json"),
     ("GET", "/healthz"),

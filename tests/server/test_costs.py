@@ -43,7 +43,12 @@ def test_a_bad_price_is_named(text: str) -> None:
 @pytest.fixture
 def priced(database: Any, clock: Any) -> Iterator[TestClient]:
     settings = ServerSettings.resolve(
-        {}, {"STEPWATCH_GPU_PRICES": "a100=2.0", "STEPWATCH_NAMESPACE_PRICES": "research=1.5"}
+        {},
+        {
+            "STEPWATCH_GPU_PRICES": "a100=2.0",
+            "STEPWATCH_NAMESPACE_PRICES": "research=1.5",
+            "STEPWATCH_ALLOWED_HOSTS": "testserver",
+        },
     )
     store = database.open()
     with TestClient(create_app(settings, store=store, clock=clock), raise_server_exceptions=False) as client:

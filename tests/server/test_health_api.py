@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from stepwatch.server import create_app
+from stepwatch.server import ServerSettings, create_app
 from stepwatch.server import health as server_health
 from stepwatch.server.routes.common import blocking
 from stepwatch.server.store import Store
@@ -112,7 +112,10 @@ def test_a_plateau_is_not_learning_and_a_restarted_server_remembers_it(
     assert 0 < cost["wasted"] < cost["spent"]
 
     # a new server on the same database: the first report rebuilds the tracker from stored history
-    with TestClient(create_app(store=database.open(), clock=api.clock), raise_server_exceptions=False) as again:
+    with TestClient(
+        create_app(ServerSettings(allowed_hosts=("testserver",)), store=database.open(), clock=api.clock),
+        raise_server_exceptions=False,
+    ) as again:
         api.clock.advance(2)
         sent = again.post(
             f"{api.job_path('flat')}/reports",
@@ -196,7 +199,10 @@ def test_after_a_restart_a_silent_job_is_stalled_without_replaying_its_history(
 ) -> None:
     token = api.register("quiet-restart")
     _report_every(api, "quiet-restart", token, make_report, [1.0, 0.9, 0.8])
-    with TestClient(create_app(store=database.open(), clock=api.clock), raise_server_exceptions=False) as again:
+    with TestClient(
+        create_app(ServerSettings(allowed_hosts=("testserver",)), store=database.open(), clock=api.clock),
+        raise_server_exceptions=False,
+    ) as again:
         svc = again.app.state.services
 
         def sweep() -> int:

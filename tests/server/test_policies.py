@@ -319,7 +319,11 @@ def test_policy_actions_are_notified_to_signed_webhooks(database: Any, clock: An
 
     with WebhookReceiver() as hooks:
         settings = ServerSettings(
-            notify=hooks.url("/server"), notify_secret="s3cret", public_url="https://sw.example.com"
+            notify=hooks.url("/server"),
+            notify_secret="s3cret",
+            public_url="https://sw.example.com",
+            allowed_hosts=("testserver",),
+            notify_allow=("127.0.0.1",),
         )
         store = database.open()
         app = create_app(settings, store=store, clock=clock)

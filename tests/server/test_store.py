@@ -92,7 +92,7 @@ def test_supersede_ends_the_live_attempt(store: Store) -> None:
 def test_tokens_are_stored_only_as_hashes(store: Store, database: Any) -> None:
     from starlette.testclient import TestClient
 
-    with TestClient(create_app(store=store)) as client:
+    with TestClient(create_app(ServerSettings(allowed_hosts=("testserver",)), store=store)) as client:
         token = client.post("/api/v1/namespaces/default/jobs", json={"name": "secret"}).json()["token"]
     if database.backend == "sqlite":
         assert token.encode() not in database.path.read_bytes()
@@ -449,7 +449,10 @@ def test_a_locked_database_answers_503_and_reads_go_on(db_path: Path, clock: Any
     from starlette.testclient import TestClient
 
     store = ImpatientStore(db_path)
-    with TestClient(create_app(store=store, clock=clock), raise_server_exceptions=False) as client:
+    with TestClient(
+        create_app(ServerSettings(allowed_hosts=("testserver",)), store=store, clock=clock),
+        raise_server_exceptions=False,
+    ) as client:
         token = client.post("/api/v1/namespaces/default/jobs", json={"name": "locked"}).json()["token"]
         auth = {"Authorization": f"Bearer {token}"}
         path = "/api/v1/namespaces/default/jobs/locked"
@@ -526,7 +529,10 @@ def test_a_full_disk_answers_503(db_path: Path, clock: Any, make_report: MakeRep
 
     store = FillableStore(db_path)
     try:
-        with TestClient(create_app(store=store, clock=clock), raise_server_exceptions=False) as client:
+        with TestClient(
+            create_app(ServerSettings(allowed_hosts=("testserver",)), store=store, clock=clock),
+            raise_server_exceptions=False,
+        ) as client:
             token = client.post("/api/v1/namespaces/default/jobs", json={"name": "full"}).json()["token"]
             auth = {"Authorization": f"Bearer {token}"}
             store.fill()

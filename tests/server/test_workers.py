@@ -185,7 +185,7 @@ def test_a_burst_of_new_connections_is_spread_over_the_workers(workers: Workers)
     answered: dict[int, int] = {0: 0, 1: 0}
     try:
         for sock in burst:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
         for sock in burst:
             data = b""
             while chunk := sock.recv(65536):

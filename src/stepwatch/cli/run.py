@@ -319,7 +319,7 @@ def _start_background_server(url: str, client: Any) -> bool:
             file=sys.stderr,
         )
         return False
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # beside the database: this user's only
     log = log_dir / "server.log"
     with open(log, "ab") as out:
         server = subprocess.Popen(

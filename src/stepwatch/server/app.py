@@ -13,11 +13,13 @@ from dataclasses import replace
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from . import health, replicas, retention
 from .errors import ApiError, error_response, handle_api_error
+from .guard import Guard
 from .health import HealthMonitor
 from .live import Broadcaster
 from .notify import Notifier, parse_targets
@@ -86,13 +88,13 @@ def create_app(
         health=HealthMonitor(settings.health_params()),
         auth=settings.authenticator(),
     )
-    notifier = Notifier(parse_targets(settings.notify, settings.notify_secret))
+    notifier = Notifier(parse_targets(settings.notify, settings.notify_secret), rules=settings.target_rules())
     server_policy = settings.policy
     if notifier.targets and not server_policy.on:
         server_policy = replace(server_policy, on=dict(DEFAULT_NOTIFY_ON))
     book = services.policies.book
     book.server = server_policy.with_origin("server")
-    book.check_targets = functools.partial(check_targets, secret=settings.notify_secret)
+    book.check_targets = functools.partial(check_targets, secret=settings.notify_secret, rules=notifier.rules)
     services.policies.notify = notify_hook(notifier, settings.notify_secret, settings.public_url)
 
     @asynccontextmanager
@@ -154,6 +156,7 @@ def create_app(
         ],
         exception_handlers={ApiError: handle_api_error, HTTPException: http_error, Exception: crash},
         lifespan=lifespan,
+        middleware=[Middleware(Guard, rules=settings.guard_rules())],
     )
     app.state.services = services
     app.state.notifier = notifier

@@ -205,6 +205,11 @@ class Authenticator:
             token = await blocking(store.api_token, digest)
         if token is None or not token.valid_at(now):
             raise _unauthenticated("this API token is not valid (unknown, revoked or expired)")
+        if token.created_by == LOCAL.who:
+            raise _unauthenticated(
+                "this API token was made while the server ran without authentication (by anyone on its "
+                "machine): it is refused; revoke it and make another (see docs/auth.md)"
+            )
         seen = self._identities.get(digest)
         if seen is not None and seen[0] is token:  # the store still holds the same record: nothing changed
             return seen[1]

@@ -497,7 +497,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "summary": "Create an API token (admin of every namespace); its secret is in this answer only",
                 "security": _API,
                 "requestBody": _body("TokenRequest"),
-                "responses": {"201": {"description": "{token, secret}"}, **_errors(401, 403, 413, 422)},
+                "responses": {"201": {"description": "{token, secret}"}, **_errors(401, 403, 409, 413, 422)},
             },
         },
         "/api/v1/tokens/{id}": {

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 from .analysis.cost import PriceList, parse_prices
 from .analysis.health_params import HealthParams
 from .auth import AUTH_MODES, Authenticator, Grant, is_loopback, parse_cidrs, parse_group_roles
+from .guard import GuardRules
+from .notify import TargetRules, parse_allow_list
 from .policies.model import Policy, PolicyError, parse_policy
 
 __all__ = ["SERVER_SETTINGS", "ServerSettings", "default_data_dir"]
@@ -398,6 +400,30 @@ SERVER_SETTINGS: tuple[_Setting, ...] = (
         "allow auth none on an address other than loopback (anyone who reaches the server can stop any job)",
     ),
     _Setting(
+        "allowed_hosts",
+        "STEPWATCH_ALLOWED_HOSTS",
+        (),
+        _names,
+        "with auth none: names the Host header may carry besides localhost, loopback addresses and the address "
+        "listened on (comma-separated; * for any); other names get 403 (DNS rebinding, see docs/auth.md)",
+    ),
+    _Setting(
+        "allowed_origins",
+        "STEPWATCH_ALLOWED_ORIGINS",
+        (),
+        _names,
+        "with auth none or proxy: origins (http://host:port) besides the server's own from which a browser may "
+        "send requests that change something (comma-separated; * for any)",
+    ),
+    _Setting(
+        "notify_allow",
+        "STEPWATCH_NOTIFY_ALLOW",
+        (),
+        parse_allow_list,
+        "hosts and networks (CIDR) that policies' notification targets may reach although they are loopback, "
+        "private or link-local (comma-separated; the server's own STEPWATCH_NOTIFY targets need no entry)",
+    ),
+    _Setting(
         "trusted_proxies",
         "STEPWATCH_TRUSTED_PROXIES",
         (),
@@ -468,6 +494,9 @@ class ServerSettings:
     tls_keyfile: str | None = None
     auth: str = "none"
     insecure: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    notify_allow: tuple[str, ...] = ()
     trusted_proxies: tuple[Any, ...] = ()
     proxy_user_header: str = "X-Forwarded-User"
     proxy_groups_header: str = "X-Forwarded-Groups"
@@ -497,6 +526,15 @@ class ServerSettings:
             self.auth, tuple(self.trusted_proxies), self.proxy_user_header, self.proxy_groups_header,
             dict(self.proxy_groups or {}),
         )  # fmt: skip
+
+    def guard_rules(self) -> GuardRules:
+        """What the guard in front of every route checks (Host, Origin, JSON: see :mod:`.guard`)."""
+        return GuardRules.for_server(self.auth, self.host, self.allowed_hosts, self.allowed_origins)
+
+    def target_rules(self) -> TargetRules:
+        """Where policies' notification targets may point (see :mod:`.notify`)."""
+        trusted = [*_names(self.notify or ""), *self.policy.notify]
+        return TargetRules(self.notify_allow, frozenset(trusted))
 
     def auth_problem(self) -> str | None:
         """Why the server must not start with these access settings, in words; ``None`` when it may."""

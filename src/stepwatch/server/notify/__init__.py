@@ -22,6 +22,7 @@ Errors: a bad configuration fails where it is read (``ValueError`` from :func:`p
 configured without Apprise); after that nothing is raised.
 """
 
+from ._allow import TargetRefused, TargetRules, parse_allow_list
 from ._delivery import DELIVERY_HEADER, EVENT_HEADER, RetryPolicy, check_target
 from ._message import KINDS, Notification, NotifyTarget, parse_targets
 from ._notifier import Notifier, NotifyStats
@@ -37,7 +38,10 @@ __all__ = [
     "NotifyStats",
     "NotifyTarget",
     "RetryPolicy",
+    "TargetRefused",
+    "TargetRules",
     "check_target",
+    "parse_allow_list",
     "parse_targets",
     "sign",
     "signature_header",

@@ -122,13 +122,25 @@ async def post_webhook(
     body: bytes,
     delivery_id: str,
     now: float,
+    address: str | None = None,
 ) -> Attempt:
-    """POST ``body`` to a webhook once, signed at ``now`` when the target has a secret."""
+    """POST ``body`` to a webhook once, signed at ``now`` when the target has a secret.
+
+    ``address``: connect to this address (the one the allow-list checked), with the URL's host as
+    ``Host`` and as the TLS server name, so that a name re-pointed since cannot redirect the request."""
     headers = {"Content-Type": "application/json", DELIVERY_HEADER: delivery_id, EVENT_HEADER: kind}
     if target.secret:
         headers[SIGNATURE_HEADER] = signature_header(target.secret, now, body)
+    url: str | httpx.URL = target.url
+    extensions: dict[str, Any] = {}
+    if address is not None:
+        original = httpx.URL(target.url)
+        url = original.copy_with(host=address)
+        headers["Host"] = original.netloc.decode("ascii").rpartition("@")[2]
+        if original.scheme == "https":
+            extensions["sni_hostname"] = original.host
     try:
-        response = await client.post(target.url, content=body, headers=headers)
+        response = await client.post(url, content=body, headers=headers, extensions=extensions)
     except httpx.TransportError as exc:  # connection refused or reset, DNS, every timeout
         return Attempt(False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, retry=True)
     except httpx.HTTPError as exc:  # an invalid URL and the like: trying again changes nothing

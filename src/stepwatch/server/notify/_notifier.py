@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from ._allow import TargetRefused, TargetRules
 from ._delivery import (
     USER_AGENT,
     RetryPolicy,
@@ -112,6 +113,8 @@ class Notifier:
 
     ``transport`` (an ``httpx.AsyncBaseTransport``), ``clock`` (Unix time: de-duplication, rate,
     signature timestamps), ``sleep`` (waits between attempts) and ``rng`` (jitter) are seams for tests.
+    ``rules``: where targets other than ``targets`` (those of policies) may point, checked at each
+    delivery (:class:`TargetRules`); a refused one is counted as failed, never retried.
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class Notifier:
         clock: Clock = time.time,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        rules: TargetRules | None = None,
     ) -> None:
         if queue_size < 1 or burst < 1 or max_targets < 1:
             raise ValueError("queue_size, burst and max_targets are at least 1")
@@ -143,6 +147,8 @@ class Notifier:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self.rules = rules
+        """Where targets other than the defaults may point (checked at each delivery); ``None``: anywhere."""
         self._channels: dict[NotifyTarget, _Channel] = {}
         self._refused = 0  # notifications dropped before reaching a channel
         self._client: httpx.AsyncClient | None = None
@@ -365,17 +371,27 @@ class Notifier:
             await self._sleep(min(1.0, (1 - channel.tokens) / per_s))
 
     async def _deliver(self, channel: _Channel, item: _Item) -> tuple[bool, int, str]:
+        address = None
+        if self.rules is not None and channel.target not in self.targets:
+            try:
+                address = await self.rules.resolve(channel.target.url)
+            except TargetRefused as exc:
+                return False, 1, str(exc)
         if channel.target.is_webhook:
-            return await self._deliver_webhook(channel.target, item)
+            return await self._deliver_webhook(channel.target, item, address)
         return await self._deliver_apprise(channel, item.notification)
 
-    async def _deliver_webhook(self, target: NotifyTarget, item: _Item) -> tuple[bool, int, str]:
+    async def _deliver_webhook(
+        self, target: NotifyTarget, item: _Item, address: str | None = None
+    ) -> tuple[bool, int, str]:
         assert self._client is not None
         delivery_id = new_delivery_id()
         body = webhook_body(item.notification, delivery_id, item.accepted_at)
         policy = self.retry
         for attempt in range(1, policy.attempts + 1):
-            result = await post_webhook(self._client, target, item.notification.kind, body, delivery_id, self._clock())
+            result = await post_webhook(
+                self._client, target, item.notification.kind, body, delivery_id, self._clock(), address
+            )
             if result.ok:
                 return True, attempt, ""
             if not result.retry or attempt == policy.attempts:

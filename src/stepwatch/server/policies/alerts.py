@@ -6,7 +6,7 @@ import functools
 import logging
 from typing import Any
 
-from ..notify import Notification, Notifier, NotifyTarget, check_target, parse_targets
+from ..notify import Notification, Notifier, NotifyTarget, TargetRules, check_target, parse_targets
 from ..store import Job
 from ..views import cost_of, remaining_seconds
 from .decide import Decision
@@ -63,10 +63,14 @@ def notification_for(job: Job, decision: Decision, now: float, base_url: str | N
     )
 
 
-def check_targets(urls: tuple[str, ...], secret: str | None) -> None:
-    """Refuse policy targets the notifier could not use (:class:`PolicyError` on ``notify``)."""
+def check_targets(urls: tuple[str, ...], secret: str | None, rules: TargetRules | None = None) -> None:
+    """Refuse policy targets the notifier could not use, or that point where policies may not send
+    (``rules``: loopback, private and link-local addresses unless allowed): :class:`PolicyError` on ``notify``.
+    Resolves the targets' names: call it off the event loop."""
     try:
         for target in _targets(urls, secret):
+            if rules is not None:
+                rules.check(target.url)
             check_target(target)
     except (ValueError, ImportError) as exc:
         raise PolicyError("notify", str(exc)) from None

@@ -74,6 +74,13 @@ async def create_token(request: Request) -> JSONResponse:
     role, name = body.get("role"), body.get("name")
     if not isinstance(role, str) or not isinstance(name, str):
         raise ApiError(422, "role and name are required strings", "role" if not isinstance(role, str) else "name")
+    if not svc.auth.enabled:
+        raise ApiError(
+            409,
+            "this server runs without authentication, where anyone on this machine is its admin: a token made "
+            "here would let them in after a restart with --auth tokens. Make tokens with --auth on, or straight "
+            "into the database: stepwatch token create --db PATH (see docs/auth.md)",
+        )
     try:
         token, secret = mint_token(role, namespaces, name, now, expires_at=expires_at, by=identity.who)
     except ValueError as exc:

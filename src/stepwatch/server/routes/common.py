@@ -49,6 +49,7 @@ __all__ = [
     "read_json",
     "require",
     "require_job",
+    "require_writer",
     "services",
 ]
 
@@ -212,16 +213,9 @@ def check_name(value: str, what: str) -> str:
 
 async def require_job(request: Request, namespace: str, name: str) -> Job:
     """The latest attempt of the job named in the path, or 404."""
-    check_name(namespace, "namespace")
-    check_name(name, "job")
-    store = services(request).store
-    job = store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
+    job = await _find_job(request, namespace, name)
     if job is None:
-        raise ApiError(
-            404,
-            f"job {namespace}/{name} not found; register it first (POST /api/v1/namespaces/"
-            f"{namespace}/jobs) or start it with `stepwatch run`",
-        )
+        raise _job_not_found(namespace, name)
     return job
 
 
@@ -244,6 +238,45 @@ async def authorize(request: Request, job: Job) -> None:
         expected = await blocking(store.token_hash, job.id)
     if not hmac.compare_digest(hash_token(token), expected):
         raise ApiError(403, f"this token cannot write to job {job.key}")
+
+
+async def _find_job(request: Request, namespace: str, name: str) -> Job | None:
+    check_name(namespace, "namespace")
+    check_name(name, "job")
+    store = services(request).store
+    return store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
+
+
+def _job_not_found(namespace: str, name: str) -> ApiError:
+    return ApiError(
+        404,
+        f"job {namespace}/{name} not found; register it first (POST /api/v1/namespaces/"
+        f"{namespace}/jobs) or start it with `stepwatch run`",
+    )
+
+
+async def require_writer(request: Request, namespace: str, name: str, *, hide_missing: bool | None = None) -> Job:
+    """The job of the path when the request carries its own write token; 403 otherwise.
+
+    A job that does not exist gets the very 403 that a wrong token gets (its words depend on the request
+    only), so a caller without the job's token learns nothing of which jobs exist: always when
+    ``hide_missing`` (the Kubeflow endpoint, whose upstream authorises before it looks the job up), and by
+    default when authentication is on. Without authentication anyone may list the jobs, so a missing one
+    is a helpful 404 there.
+    """
+    hide = services(request).auth.enabled if hide_missing is None else hide_missing
+    job = None
+    if not hide or (is_valid_name(namespace) and is_valid_name(name)):
+        job = await _find_job(request, namespace, name)  # 404 for an impossible name when not hiding
+    if job is None and not hide:
+        raise _job_not_found(namespace, name)
+    key = f"{namespace[:63]}/{name[:63]}"
+    if bearer_token(request) is None:
+        raise ApiError(403, f"a bearer token is required to write to job {key}")
+    if job is None:
+        raise ApiError(403, f"this token cannot write to job {key}")  # as for a wrong token
+    await authorize(request, job)
+    return job
 
 
 async def identify(request: Request, *, cookie: bool = False) -> Identity:

@@ -8,14 +8,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import ProtocolError, Report, ReportResponse, TrainerStatus, is_valid_name
+from ...protocol import ProtocolError, Report, ReportResponse, TrainerStatus
 from ..errors import ApiError
 from ..estimates import estimate_due
 from ..ingest_steps import after_ingest, apply_trainer_status, review
 from ..ingest_steps import estimate as estimate_eta
 from ..responses import FastJSONResponse
-from ..store import Job, PendingReport
-from .common import authorize, bearer_token, blocking, decode_json, read_body, read_json, require_job, services
+from ..store import PendingReport
+from .common import blocking, decode_json, read_body, read_json, require_writer, services
 from .pod_tokens import job_for_pod, pod_bearer
 
 __all__ = ["review", "routes"]
@@ -23,8 +23,7 @@ __all__ = ["review", "routes"]
 
 async def report(request: Request) -> JSONResponse:
     """``POST /api/v1/namespaces/{namespace}/jobs/{name}/reports``: one rank's report."""
-    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    await authorize(request, job)
+    job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
     data = await read_json(request)
     try:
         parsed = Report.from_dict(data)
@@ -67,7 +66,7 @@ async def trainer_status(request: Request) -> JSONResponse:
     if pod_token is not None:
         job = await job_for_pod(request, namespace, name, pod_token)
     else:
-        job = await _job_of_token(request, namespace, name)
+        job = await require_writer(request, namespace, name, hide_missing=True)
     try:
         status = TrainerStatus.from_request(decode_json(body))
     except ProtocolError as exc:
@@ -78,22 +77,6 @@ async def trainer_status(request: Request) -> JSONResponse:
     await apply_trainer_status(svc, job, status, svc.clock())
     svc.stats["statuses"] += 1
     return JSONResponse(status.to_body())  # upstream echoes the payload
-
-
-async def _job_of_token(request: Request, namespace: str, name: str) -> Job:
-    """The job a stepwatch job token writes to: 403 for a job it does not know as for a wrong token, so
-    that a caller without the token learns nothing of which jobs exist (upstream authorises first)."""
-    key = f"{namespace[:63]}/{name[:63]}"
-    if bearer_token(request) is None:
-        raise ApiError(403, f"a bearer token is required to write to job {key}")
-    job = None
-    if is_valid_name(namespace) and is_valid_name(name):
-        store = services(request).store
-        job = store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
-    if job is None:
-        raise ApiError(403, f"this token cannot write to job {key}")  # as for a wrong token
-    await authorize(request, job)
-    return job
 
 
 routes = [

@@ -24,7 +24,17 @@ from ..ingest_steps import review
 from ..responses import FastJSONResponse
 from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Event, Job, JobFilter
 from ..views import job_view
-from .common import authorize, blocking, check_name, hash_token, identify, read_json, require, require_job, services
+from .common import (
+    blocking,
+    check_name,
+    hash_token,
+    identify,
+    read_json,
+    require,
+    require_job,
+    require_writer,
+    services,
+)
 from .policies import policy_view, read_policy
 
 __all__ = ["routes"]
@@ -56,7 +66,7 @@ async def register(request: Request) -> JSONResponse:
         "gpu_type": _gpu_type(body),
         "source": _choice(body, "source", ("native", "runner", "kubeflow"), "native"),
         "supersede": _flag(body, "supersede"),
-        "policy": read_policy(services(request), body["policy"], "policy.").to_dict()
+        "policy": (await read_policy(services(request), body["policy"], "policy.")).to_dict()
         if body.get("policy") is not None
         else None,
     }
@@ -251,8 +261,7 @@ async def list_commands(request: Request) -> JSONResponse:
 async def set_state(request: Request) -> JSONResponse:
     """``POST .../jobs/{name}/state`` (job token): the runner records how the process ended."""
     svc = services(request)
-    job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    await authorize(request, job)
+    job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
     body = _object(await read_json(request))
     state = _choice(body, "state", ("running", "finished", "failed", "stopped"), None)
     exit_code = body.get("exit_code")

@@ -111,9 +111,17 @@ async def docs(request: Request) -> Response:
 <link rel="stylesheet" href="/docs/assets/swagger-ui.css"></head>
 <body><div id="ui"></div>
 <script src="/docs/assets/swagger-ui-bundle.js"></script>
-<script>window.ui = SwaggerUIBundle({url: "/openapi.json", dom_id: "#ui"});</script>
+<script src="/docs/init.js"></script>
 </body></html>"""
     return HTMLResponse(page)
+
+
+async def docs_init(request: Request) -> Response:
+    """``GET /docs/init.js``: starts Swagger UI (a file, not an inline script: the page's CSP allows none)."""
+    return Response(_DOCS_INIT, media_type="text/javascript")
+
+
+_DOCS_INIT = 'window.ui = SwaggerUIBundle({url: "/openapi.json", dom_id: "#ui"});\n'
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -148,6 +156,7 @@ def _routes() -> list[Route | Mount]:
         Route("/api/v1/version", version, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/docs", docs, methods=["GET"]),
+        Route("/docs/init.js", docs_init, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", prometheus_metrics, methods=["GET"]),
     ]

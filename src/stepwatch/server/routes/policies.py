@@ -18,11 +18,13 @@ from .common import Services, blocking, check_name, read_json, require, require_
 __all__ = ["policy_view", "read_policy", "routes"]
 
 
-def read_policy(svc: Services, data: Any, prefix: str = "") -> Policy:
-    """A policy layer from a request body (its notification targets checked), or 422 naming the field."""
+async def read_policy(svc: Services, data: Any, prefix: str = "") -> Policy:
+    """A policy layer from a request body (its notification targets checked, their names resolved in a
+    worker thread), or 422 naming the field."""
     try:
         policy = parse_policy(data)
-        svc.policies.book.check_targets(policy.notify)
+        if policy.notify:
+            await blocking(svc.policies.book.check_targets, policy.notify)
         return policy
     except PolicyError as exc:
         raise ApiError(422, exc.message, f"{prefix}{exc.field}") from None
@@ -54,7 +56,7 @@ async def put_namespace_policy(request: Request) -> JSONResponse:
     svc = services(request)
     identity = await require(request, "editor", request.path_params["namespace"])
     namespace = check_name(request.path_params["namespace"], "namespace")
-    policy = read_policy(svc, await read_json(request))
+    policy = await read_policy(svc, await read_json(request))
     stored = policy.to_dict() or None
     await blocking(svc.store.set_namespace_policy, namespace, stored, svc.clock(), identity.who)
     svc.policies.book.set_namespace(namespace, policy if stored else None)
@@ -74,7 +76,7 @@ async def put_job_policy(request: Request) -> JSONResponse:
     svc = services(request)
     identity = await require(request, "editor", request.path_params["namespace"])
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    policy = read_policy(svc, await read_json(request))
+    policy = await read_policy(svc, await read_json(request))
     now = svc.clock()
     said = policy.to_dict()
     message = "policy set: " + (", ".join(f"{k} {v}" for k, v in policy.on.items()) or "no actions")

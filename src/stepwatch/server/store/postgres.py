@@ -121,7 +121,6 @@ class PostgresStore(SqlStore):
         self._events_key = lock_key(self.schema, "events")
         self._jobs_channel = channel(self.schema, "jobs")
         self.live_channel = channel(self.schema, "live")
-        self._tokens_channel = channel(self.schema, "tokens")
         self._origin = uuid.uuid4().hex[:12]
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             url,
@@ -144,11 +143,6 @@ class PostgresStore(SqlStore):
         self._events_locked = False
         self._unfolded: dict[tuple[int, str], int] = {}
         self._cache = ReplicaCache(self._origin)
-        self._api_tokens: dict[str, ApiToken] = {}
-        """API tokens by hash, as found; trusted only while listening (revocations are notified)."""
-        self._token_epoch = 0
-        """Raised by every revocation heard (and by listening going up or down): a lookup that began
-        before one does not cache what it read."""
         self.live_handlers: list[Callable[[str], None]] = []
         """Callbacks of the live channel (the replica bridge's), called in the listening thread."""
         self._listener = Listener(
@@ -156,7 +150,6 @@ class PostgresStore(SqlStore):
             {
                 self._jobs_channel: self._on_changed,
                 self.live_channel: self._on_live,
-                self._tokens_channel: self._on_tokens,
             },
             self._on_listening,
         )
@@ -275,15 +268,7 @@ class PostgresStore(SqlStore):
         self._cache.listeners.append(listener)
 
     def _on_listening(self, listening: bool) -> None:
-        self._forget_tokens()
         self._cache.on_listening(listening)
-
-    def _on_tokens(self, payload: str) -> None:
-        self._forget_tokens()
-
-    def _forget_tokens(self) -> None:
-        self._token_epoch += 1
-        self._api_tokens.clear()
 
     def _on_live(self, payload: str) -> None:
         for handler in list(self.live_handlers):
@@ -635,28 +620,19 @@ class PostgresStore(SqlStore):
     # ------------------------------------------------------------------------ access (tokens, audit)
 
     def cached_api_token(self, token_hash: str) -> ApiToken | None:
-        """A found API token, from memory, while revocations are heard."""
-        return self._api_tokens.get(token_hash) if self._cache.listening else None
+        """Never from memory: another replica may have revoked it a moment ago (see :meth:`api_token`)."""
+        return None
 
     def api_token(self, token_hash: str) -> ApiToken | None:
-        """The token with this hash; found ones are cached while this store hears the revocations of
-        every replica (``LISTEN``), and forgotten as soon as one is heard."""
-        cached = self._api_tokens.get(token_hash) if self._cache.listening else None
-        if cached is not None:
-            return cached
-        epoch = self._token_epoch
+        """The token with this hash, read from the database at every request: a revocation answered by any
+        replica is refused by every other from then on. (A notification to clear a cache arrives some
+        milliseconds after the commit: 5 of 80 rounds were accepted after the revoke answered.) The
+        lookup is one indexed read, about 0.2 ms on a local database."""
         rows = self._read(f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_hash = %s", (token_hash,))
-        if not rows:
-            return None
-        token = token_from_row(rows[0])
-        if len(self._api_tokens) >= 10_000:
-            self._api_tokens.clear()
-        if self._cache.listening and epoch == self._token_epoch:
-            self._api_tokens[token_hash] = token
-        return token
+        return token_from_row(rows[0]) if rows else None
 
     def revoke_token(self, token_id: str, now: float, entry: AuditEntry) -> ApiToken | None:
-        """Revoke a token; every replica refuses it from the commit on (a notification clears their caches)."""
+        """Revoke a token; every replica refuses it from the commit on (each reads tokens from the database)."""
         with self._write(pipeline=False) as conn:
             row = conn.execute(
                 f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = %s FOR UPDATE", (token_id,)
@@ -670,9 +646,6 @@ class PostgresStore(SqlStore):
                 )
                 token = replace(token, revoked_at=now, revoked_by=entry.actor)
                 self._audit(conn, entry)
-                conn.execute("SELECT pg_notify(%s, %s)", (self._tokens_channel, token_id))
-                self._forget_tokens()
-        self._forget_tokens()
         return token
 
     def record_audit(self, entry: AuditEntry) -> AuditEntry:

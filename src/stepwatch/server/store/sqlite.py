@@ -53,6 +53,7 @@ from .rollups import FANOUT
 from .rows import JOB_COLUMNS, job_from_row, load_float
 from .sql_common import SqlStore
 from .sqlite_checkpoint import FALLBACK_PAGES, WalCheckpointer
+from .sqlite_files import prepare_database_path
 from .sqlite_ingest import write_report, write_status
 from .sqlite_lock import FileLock, WouldWait
 from .sqlite_schema import MIGRATIONS, PROGRESS_SQL, SCHEMA_VERSION, SORT_SQL
@@ -79,7 +80,7 @@ class SQLiteStore(SqlStore):
         """Other servers write this file too: read the write log before every answer from memory."""
         if self.path != ":memory:":
             try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                prepare_database_path(self.path)
             except OSError as exc:
                 raise StoreError(f"cannot create the directory of the database {self.path}: {exc}") from None
         self._write_lock = threading.Lock()
