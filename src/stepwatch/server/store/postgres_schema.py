@@ -21,7 +21,7 @@ import hashlib
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL", "channel", "lock_key"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -185,6 +185,10 @@ MIGRATIONS: dict[int, str] = {
         data TEXT NOT NULL DEFAULT '{}'
     );
     CREATE INDEX audit_by_namespace ON audit (namespace, id);
+    """,
+    # Every verdict a job had, with its span (store/health_history.py): kept when it recovers or ends.
+    4: """
+    ALTER TABLE jobs ADD COLUMN health_history TEXT NOT NULL DEFAULT '[]';
     """,
 }
 

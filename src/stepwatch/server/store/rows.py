@@ -22,7 +22,7 @@ JOB_COLUMNS = (
     "step, total_steps, epoch, total_epochs, samples, steps_per_second, samples_per_second, reported_eta, "
     "reported_progress, reason, exit_code, source, gpus, gpu_hour_cost, world_size, params, last_metrics, "
     "nonfinite_total, eta_seconds, eta_rate, eta_at, health, health_since, health_evidence, policy, policy_fired, "
-    "gpu_type"
+    "gpu_type, health_history"
 )
 
 
@@ -76,6 +76,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         policy,
         policy_fired,
         gpu_type,
+        health_history,
     ) = row
     return Job(
         id=job_id,
@@ -115,6 +116,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         policy=json.loads(policy),
         policy_fired=json.loads(policy_fired),
         gpu_type=gpu_type,
+        health_history=json.loads(health_history),
     )
 
 
@@ -124,6 +126,6 @@ def column_value(name: str, value: Any) -> Any:
         return json.dumps(value)
     if name == "last_metrics":
         return json.dumps({k: encode_float(v) for k, v in value.items()})
-    if name in ("health_evidence", "policy", "policy_fired"):
+    if name in ("health_evidence", "policy", "policy_fired", "health_history"):
         return json.dumps(value, default=str)
     return value

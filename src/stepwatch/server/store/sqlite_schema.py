@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -174,6 +174,10 @@ MIGRATIONS: dict[int, str] = {
         origin TEXT NOT NULL,
         changes TEXT NOT NULL
     );
+    """,
+    # Every verdict a job had, with its span (store/health_history.py): kept when it recovers or ends.
+    6: """
+    ALTER TABLE jobs ADD COLUMN health_history TEXT NOT NULL DEFAULT '[]';
     """,
 }
 
