@@ -614,18 +614,21 @@ class HealthTracker:
         p = self.params
         silence = self._silence_limit()
         over: list[tuple[tuple[int, bool, float, int], float, float | None]] = []
+        passed = False  # some rank stood past its limit
         for rank, r in self._ranks.items():
             if r.step is None or now - r.last_t > silence:
                 continue  # a silent rank is judged by its silence
+            if r.last_t <= r.change_t:
+                continue  # not one report since its step last moved: it may be moving
             standing = now - r.change_t
-            if standing <= p.standstill_floor_s:
-                continue
             limit, spt = self._standstill_limit(r)
-            if standing > limit:
-                idle = r.busy is not None and r.busy < _GPU_IDLE
-                over.append(((r.step, not idle, r.change_t, rank), limit, spt))
-        if not over:
+            passed = passed or (standing > p.standstill_floor_s and standing > limit)
+            idle = r.busy is not None and r.busy < _GPU_IDLE
+            over.append(((r.step, not idle, r.change_t, rank), limit, spt))
+        if not passed:
             return None
+        # the rank named is chosen among every rank that stands (a report since its step last moved), not
+        # only those past their limit: the ranks a hung one blocks may be seen standing first
         (step, busy, change_t, rank), limit, spt = min(over)
         r = self._ranks[rank]
         standing = now - change_t
