@@ -613,6 +613,9 @@ class HealthTracker:
         others' are busy, then the one that stood first."""
         p = self.params
         silence = self._silence_limit()
+        floor = now - p.standstill_floor_s
+        if not any(r.change_t < floor and r.last_t > r.change_t for r in self._ranks.values()):
+            return None  # the common case, without a limit computed: every rank stepped within the floor
         over: list[tuple[tuple[int, bool, float, int], float, float | None]] = []
         passed = False  # some rank stood past its limit
         for rank, r in self._ranks.items():

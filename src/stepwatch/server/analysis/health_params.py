@@ -31,10 +31,13 @@ class HealthParams:
     fast it steps: with a report every 2 s and a sweep every 5 s, a hang is flagged 30-37 s after the
     rank's last step, within the target of 45 s (``docs/health.md``). Pauses longer than this
     (evaluation, checkpoint) are flagged the first time and allowed after (``pause_factor``)."""
-    standstill_steps: float = 3.0
+    standstill_steps: float = 2.5
     """A slow rank's step may stand for this many of its own recent step times (the
-    ``standstill_quantile`` of them): 3 x the p95 plus a report interval and a sweep stays within the
-    target of 4 x the p95 step time, and a healthy step 3 x longer than 95 % of the recent ones is rare."""
+    ``standstill_quantile`` of them, measured between the reports that saw the step change, so a
+    little longer than the true ones): 2.5 x that p95 plus a report interval and a sweep stays within
+    the target of 4 x the p95 step time (3 x missed it for 3 of 20 jobs of 10 s steps). Healthy jobs
+    of benchmarks/health_pace.py: 0 of 80 flagged at 0.1 s and 1 s steps, 5 of 40 at 10 s steps (4
+    with 3 x, 3 before issue 19): an open question, see docs/health.md."""
     standstill_quantile: float = 0.95
     """Which of a rank's recent step times sets its allowance (0.95: its p95; 0.5, the median, was used
     before the per-rank rule)."""
