@@ -211,6 +211,8 @@ class HealthMonitor:
                 if w.name in (lr, evaluation):
                     _observe_second(tracker, w.name, now, w.last_step, w.last)
         tracker.observe_progress(now, rank, step, total_steps)
+        if readings:
+            tracker.observe_gpu(rank, self._gpus[job.id][rank])
         return self._judge(job, tracker, metric, now)
 
     def sweep(self, jobs: Iterable[Job], now: float) -> list[HealthUpdate]:
@@ -245,7 +247,10 @@ class HealthMonitor:
 
     def _judge(self, job: Job, tracker: HealthTracker, metric: str | None, now: float) -> HealthUpdate | None:
         live = job.state not in FINAL_STATES
-        verdict = tracker.verdict(now, live=live)
+        # a job that ends stalled (a hung job the runner killed, a last report with the step still
+        # standing) ended stalled: its stall is judged once more at its last report, and holds unless
+        # the step moved; an ended job is never newly alarmed about its silence
+        verdict = tracker.verdict(now, live=live or job.health in ("stalled", "straggling"))
         if metric is None and verdict.state in ("not_learning", "diverging"):
             return None  # no primary metric: never a false alarm about learning
         if not live:

@@ -18,6 +18,7 @@ __all__ = [
     "cost_view",
     "eta_of",
     "eta_view",
+    "health_history_view",
     "job_view",
     "json_float",
     "progress_percent",
@@ -138,8 +139,22 @@ WASTEFUL_HEALTH = frozenset({"stalled", "not_learning", "diverging"})
 the last real improvement)."""
 
 
+def wasted_spans(job: Job) -> list[tuple[float, float | None]]:
+    """The spans of a job's bad verdicts (start, end; ``None``: it still stands), from its verdict
+    history: each from where the analysis says it began (for ``not_learning`` the last real
+    improvement), else from when it was recorded. A job without a history yet: its current verdict."""
+    spans = [
+        (s["since"] if s.get("since") is not None else s["from"], s.get("to"))
+        for s in job.health_history
+        if s.get("state") in WASTEFUL_HEALTH
+    ]
+    if not job.health_history and job.health in WASTEFUL_HEALTH and job.health_since is not None:
+        spans.append((job.health_since, None))
+    return spans
+
+
 def cost_of(job: Job, now: float, remaining: float | None) -> Cost:
-    """A job's cost at ``now`` (its GPUs and price; the ETA for the projection; its health for the waste)."""
+    """A job's cost at ``now`` (its GPUs and price; the ETA for the projection; its verdicts for the waste)."""
     bad = job.health in WASTEFUL_HEALTH and job.health_since is not None
     return job_cost(
         gpus=job.gpus,
@@ -150,7 +165,32 @@ def cost_of(job: Job, now: float, remaining: float | None) -> Cost:
         remaining_seconds=remaining,
         wasted_since=job.health_since if bad else None,
         healthy=True if job.health in ("healthy", "straggling") else None,
+        wasted_spans=wasted_spans(job),
     )
+
+
+def health_history_view(job: Job, now: float) -> list[dict[str, Any]]:
+    """Every verdict the job had, oldest first: its span (``to`` is ``None`` while it stands), how
+    long it stood (to the job's end, or now) and what that time cost (``None``: no price)."""
+    end = job.finished_at if job.finished_at is not None else now
+    rate = job.gpus * job.gpu_hour_cost if job.gpus > 0 and job.gpu_hour_cost > 0 else None
+    out = []
+    for span in job.health_history:
+        start = span["since"] if span.get("since") is not None and span["state"] in WASTEFUL_HEALTH else span["from"]
+        stop = span["to"] if span.get("to") is not None else end
+        if job.started_at is not None:
+            start = max(start, job.started_at)
+        seconds = max(stop - start, 0.0)
+        cost = seconds / 3600 * rate if rate is not None else None
+        out.append(
+            {
+                **span,
+                "seconds": seconds,
+                "cost": cost,
+                "wasted": cost if span["state"] in WASTEFUL_HEALTH else (0.0 if rate is not None else None),
+            }
+        )
+    return out
 
 
 def saved_by_policy(job: Job) -> float | None:
@@ -210,6 +250,7 @@ def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
     }
     if not compact:
         view["trainerStatus"] = trainer_status_view(job, now)
+        view["health"] = {**view["health"], "history": health_history_view(job, now)}  # type: ignore[dict-item]
     else:
         del view["params"]
     return view

@@ -5,18 +5,20 @@ running job move with the clock. Prices are whatever the job (or its namespace's
 in one currency (USD unless the settings say otherwise); a job with no GPUs or no price costs
 ``None``, shown as unknown rather than as free.
 
-``wasted`` is the money spent since the job stopped doing useful work: since its health went bad
-(stalled, not learning, diverging), or since its last real improvement when the health analysis
-gives one. A healthy job has wasted nothing; an unknown health wastes ``None``.
+``wasted`` is the money spent while the job did no useful work: over every span of its verdict
+history in which its health was bad (stalled, not learning, diverging; from the last real
+improvement when the health analysis gives one), counted once where spans overlap, whether the job
+has since recovered or ended (:func:`wasted_seconds`): what was wasted stays wasted. A job that
+never had a bad verdict and is healthy has wasted nothing; an unknown health wastes ``None``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Cost", "CostTotals", "PriceList", "job_cost", "parse_prices", "totals"]
+__all__ = ["Cost", "CostTotals", "PriceList", "job_cost", "parse_prices", "totals", "wasted_seconds"]
 
 _HOUR = 3600.0
 
@@ -97,12 +99,16 @@ def job_cost(
     remaining_seconds: float | None,
     wasted_since: float | None = None,
     healthy: bool | None = None,
+    wasted_spans: Sequence[tuple[float, float | None]] = (),
 ) -> Cost:
     """The cost of a job from its GPUs, their hourly price, when it ran and its ETA.
 
     ``remaining_seconds`` is the ETA (``None``: unknown, so no projection while it runs).
     ``wasted_since`` is when the job stopped doing useful work; ``healthy`` says whether the health
     analysis found it working (``None``: it does not know, so nothing is said about waste).
+    ``wasted_spans`` are the spans (start, end; ``None``: it still stands) of every bad verdict the job
+    had: when given, the waste is their union, and ``wasted_since`` only says since when the current
+    one stands.
     """
     if gpus <= 0 or gpu_hour_cost <= 0:
         return Cost(None, None, None, None)
@@ -115,13 +121,28 @@ def job_cost(
         projected = None
     else:
         projected = spent + remaining_seconds / _HOUR * rate
-    if wasted_since is not None and started_at is not None:
-        wasted: float | None = max(end - max(wasted_since, started_at), 0.0) / _HOUR * rate
+    if wasted_spans and started_at is not None:
+        wasted: float | None = wasted_seconds(wasted_spans, started_at, end) / _HOUR * rate
+    elif wasted_since is not None and started_at is not None:
+        wasted = max(end - max(wasted_since, started_at), 0.0) / _HOUR * rate
     elif healthy:
         wasted = 0.0
     else:
         wasted = None
     return Cost(rate, spent, projected, wasted, wasted_since)
+
+
+def wasted_seconds(spans: Iterable[tuple[float, float | None]], started_at: float, end: float) -> float:
+    """Seconds covered by the union of ``spans`` (start, end; ``None``: up to ``end``), within
+    ``started_at``..``end``: overlapping verdicts (a stall inside a plateau) count once."""
+    clipped = sorted((max(a, started_at), min(b if b is not None else end, end)) for a, b in spans)
+    total, reach = 0.0, started_at
+    for a, b in clipped:
+        start = max(a, reach)
+        if b > start:
+            total += b - start
+            reach = b
+    return total
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,9 @@ HEALTH_STATES = ("healthy", "stalled", "not_learning", "diverging", "straggling"
 
 _BAD = ("diverging", "stalled", "straggling", "not_learning")
 
+_GPU_IDLE = 5.0
+"""A rank whose GPUs run kernels less than this share of the time (percent) is idle."""
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -85,7 +88,7 @@ StoredWindow = WindowLike
 class _Rank:
     """What is known of one rank's progress."""
 
-    __slots__ = ("change_t", "checkpoints", "last_t", "slow_since", "step")
+    __slots__ = ("busy", "change_t", "checkpoints", "last_t", "moved", "slow_since", "spt", "step")
 
     def __init__(self, t: float, step: int | None) -> None:
         self.last_t = t
@@ -95,6 +98,23 @@ class _Rank:
         if step is not None:
             self.checkpoints.append((t, step))
         self.slow_since: float | None = None
+        self.moved = False  # its step moved in this segment
+        self.spt: deque[float] = deque(maxlen=31)  # recent seconds per step, one per change of step
+        self.busy: float | None = None  # its GPUs' mean utilisation in its newest report (percent)
+
+    def advance(self, t: float, step: int) -> None:
+        """A report at ``t`` whose step differs from the one known (a restart when it went back)."""
+        old = self.step
+        if old is not None and step < old:
+            self.checkpoints.clear()
+            self.slow_since = None
+            self.spt.clear()
+            self.moved = False
+        elif old is not None:
+            if self.moved:
+                self.spt.append((t - self.change_t) / (step - old))
+            self.moved = True
+        self.step, self.change_t = step, t
 
 
 class HealthTracker:
@@ -151,6 +171,13 @@ class HealthTracker:
             self.params, self._sign, self._plateau_window, self._judged_from, self._annealing, self._finishing
         )
         self._blow_since: float | None = None
+        # the fast divergence rules (orders of magnitude above the running best, or doubling per window)
+        self._recent: deque[float] = deque(maxlen=self.params.diverge_smooth)
+        self._fast_best: tuple[float, int] | None = None  # (best median of recent window means, its step)
+        self._prev_mean: float | None = None
+        self._orders_run: list[tuple[float, int]] = []  # (time, step) of the windows in a row over the bound
+        self._grow_run: list[tuple[float, int]] = []
+        self._fast: dict[str, Any] | None = None  # the evidence while the fast rules hold
         self._nan_since: float | None = None
         self._nan_step = 0
         self._nan_value = math.nan
@@ -210,6 +237,8 @@ class HealthTracker:
         if mean is None or finite <= 0 or not math.isfinite(mean):
             return
         self._finite = True
+        if self._sign > 0:
+            self._fast_divergence(t, step, mean)
         area = self._lr.area(step) if self.params.rate_per_lr_area else math.nan
         if self._plateau.observe(t, mean, finite, step, area):
             test = self._plateau.test
@@ -227,6 +256,48 @@ class HealthTracker:
             self._b_sum, self._b_weight, self._b_n = 0.0, 0, 0
             if len(self._blocks) == self.params.level_blocks:
                 self._new_level(t, step)
+
+    def _fast_divergence(self, t: float, step: int, mean: float) -> None:
+        """The fast divergence rules of a minimised metric, one finite window mean at a time: the mean
+        ``10 ** diverge_orders`` times its running best for ``diverge_windows`` windows in a row, or
+        growing ``diverge_growth`` times per window for ``diverge_windows`` + 1 windows in a row while
+        above 10 x that best. Both compare window means (many steps each) with a best that is a median
+        of window means, so neither a lucky window nor a one-window spike decides."""
+        p = self.params
+        found = self._fast_best
+        prev = self._prev_mean
+        self._prev_mean = mean
+        if found is not None and found[0] > 0:
+            best, best_step = found
+            ratio = mean / best
+            if ratio >= 10**p.diverge_orders:
+                self._orders_run.append((t, step))
+            else:
+                self._orders_run.clear()
+            if ratio >= 10 and prev is not None and prev > 0 and mean >= p.diverge_growth * prev:
+                self._grow_run.append((t, step))
+            else:
+                self._grow_run.clear()
+            rule = None
+            if len(self._orders_run) >= p.diverge_windows:
+                rule, run = "orders", self._orders_run
+            elif len(self._grow_run) >= p.diverge_windows + 1:
+                rule, run = "growth", self._grow_run
+            if rule is not None and self._fast is None:
+                since, since_step = run[0]
+                self._fast = {"rule": rule, "since": since, "since_step": since_step}
+                self._fast.update(best=best, best_step=best_step)
+            if self._fast is not None:
+                self._fast.update(observed=mean, step=step, ratio=ratio)
+                if ratio < 10:
+                    self._recovered = {"state": "diverging", "message": f"{self.metric} is back within 10x its best"}
+                    self._fast = None
+            if ratio >= 10:
+                return  # a window of a blow-up makes no best
+        self._recent.append(mean)
+        level = median(self._recent)
+        if found is None or level < found[0]:
+            self._fast_best = (level, step)
 
     def _new_level(self, t: float, step: int) -> None:
         ordered = sorted(self._blocks)
@@ -326,15 +397,20 @@ class HealthTracker:
             r.last_t = t
             if step is not None:
                 if r.step is None or step != r.step:
-                    if r.step is not None and step < r.step:
-                        r.checkpoints.clear()
-                        r.slow_since = None
-                    r.step, r.change_t = step, t
+                    r.advance(t, step)
                 cps = r.checkpoints
                 if not cps or t - cps[-1][0] >= self.params.rate_window_s / 8:
                     cps.append((t, step))
         if rank == 0:
             self._progress0(t, step)
+
+    def observe_gpu(self, rank: int, utilization: float) -> None:
+        """The mean utilisation (percent) of a rank's GPUs in its newest report: when every rank's step
+        stands, the rank whose GPUs idle while the others' are busy (spinning in a collective) is the
+        one that hung."""
+        r = self._ranks.get(rank)
+        if r is not None and math.isfinite(utilization):
+            r.busy = utilization
 
     def _progress0(self, t: float, step: int | None) -> None:
         if self._r0_t is not None and t > self._r0_t:
@@ -375,15 +451,17 @@ class HealthTracker:
         p = self.params
         return max(p.stall_intervals * self.report_interval(), p.stall_floor_s)
 
-    def _standstill_limit(self) -> float:
+    def _standstill_limit(self, r: _Rank) -> tuple[float, float | None]:
+        """How long a rank's step may stand while its reports arrive, and its recent step time used
+        (the ``standstill_quantile`` of its own recent step times)."""
         p = self.params
-        spt = self.step_time()
+        spt = _quantile(r.spt, p.standstill_quantile) if r.spt else None
         limit = max(self._silence_limit(), p.standstill_floor_s, p.standstill_steps * spt if spt else 0.0)
         if self._pauses:
             limit = max(limit, min(p.pause_factor * max(self._pauses), p.pause_cap_s))
-        if not self._r0_moved:
+        if not r.moved:
             limit = max(limit, p.startup_s)
-        return limit
+        return limit, spt
 
     def _planned(self) -> float | None:
         """Planned duration of the job in seconds, from the total steps and this segment's pace."""
@@ -467,6 +545,35 @@ class HealthTracker:
             message = f"{m} became non-finite ({value}) at step {self._nan_step:,}"
             ev = self._evidence(m, {"windows": 1}, "finite", value, self._nan_since, message)
             return Verdict("diverging", self._nan_since, ev)
+        fast = self._fast
+        if fast is not None:
+            orders = math.log10(fast["ratio"]) if fast["ratio"] > 0 else 0.0
+            steps = fast["step"] - fast["since_step"]
+            if fast["rule"] == "orders":
+                why = f"{orders:.1f} orders of magnitude above its best"
+            else:
+                growth = self.params.diverge_growth
+                why = f"{growth:g}x or more per report for {steps:,} steps, {fast['ratio']:.3g}x its best"
+            message = (
+                f"{m} climbs: {_num(fast['observed'])} at step {fast['step']:,}, {why} "
+                f"({_num(fast['best'])} at step {fast['best_step']:,}), since step {fast['since_step']:,}"
+            )
+            threshold = fast["best"] * (10**self.params.diverge_orders if fast["rule"] == "orders" else 10)
+            ev = self._evidence(
+                m,
+                {"windows": self.params.diverge_windows, "steps": steps},
+                threshold,
+                fast["observed"],
+                fast["since"],
+                message,
+                best=fast["best"],
+                best_step=fast["best_step"],
+                step=fast["step"],
+                since_step=fast["since_step"],
+                ratio=fast["ratio"],
+                rule=fast["rule"],
+            )
+            return Verdict("diverging", fast["since"], ev)
         if self._blow_since is not None and self._best is not None and self._level is not None:
             threshold = self._blow_threshold(self._best)
             word = "above" if self._sign > 0 else "below"
@@ -494,18 +601,58 @@ class HealthTracker:
                 message = f"no report from rank 0 for {_dur(silent)} (usually every {_dur(self.report_interval())})"
                 ev = self._evidence("reports", {"seconds": limit}, limit, silent, self._r0_t, message, rank=0)
                 return Verdict("stalled", self._r0_t, ev)
-        if self._r0_step is None:
+        if len(self._ranks) > 1:
+            return None  # the ranks' standstills are scanned with the ranks (_rank_scan)
+        return self._standstill(now)
+
+    def _standstill(self, now: float) -> Verdict | None:
+        """A rank whose step stands past its limit while its reports arrive, named.
+
+        When several stand (a rank hung in its data loader blocks the others in the next collective),
+        the one named is the one behind: the lowest step, then the one whose GPUs idle while the
+        others' are busy, then the one that stood first."""
+        p = self.params
+        silence = self._silence_limit()
+        floor = now - p.standstill_floor_s
+        if not any(r.change_t < floor and r.last_t > r.change_t for r in self._ranks.values()):
+            return None  # the common case, without a limit computed: every rank stepped within the floor
+        over: list[tuple[tuple[int, bool, float, int], float, float | None]] = []
+        passed = False  # some rank stood past its limit
+        for rank, r in self._ranks.items():
+            if r.step is None or now - r.last_t > silence:
+                continue  # a silent rank is judged by its silence
+            if r.last_t <= r.change_t:
+                continue  # not one report since its step last moved: it may be moving
+            standing = now - r.change_t
+            limit, spt = self._standstill_limit(r)
+            passed = passed or (standing > p.standstill_floor_s and standing > limit)
+            idle = r.busy is not None and r.busy < _GPU_IDLE
+            over.append(((r.step, not idle, r.change_t, rank), limit, spt))
+        if not passed:
             return None
-        standing = now - self._r0_change_t
-        if standing <= self.params.standstill_floor_s:
-            return None
-        limit = self._standstill_limit()
-        if standing <= limit:
-            return None
-        how = "has not moved" if self._r0_moved else "has not moved since the start"
-        message = f"step {how} from {self._r0_step:,} for {_dur(standing)} while reports arrive"
-        ev = self._evidence("step", {"seconds": limit}, limit, standing, self._r0_change_t, message, rank=0)
-        return Verdict("stalled", self._r0_change_t, ev)
+        # the rank named is chosen among every rank that stands (a report since its step last moved), not
+        # only those past their limit: the ranks a hung one blocks may be seen standing first
+        (step, busy, change_t, rank), limit, spt = min(over)
+        r = self._ranks[rank]
+        standing = now - change_t
+        how = "has not moved" if r.moved else "has not moved since the start"
+        who = f"rank {rank}'s step" if len(self._ranks) > 1 else "step"
+        message = f"{who} {how} from {step:,} for {_dur(standing)} while reports arrive"
+        if spt is not None:
+            message += f" (its recent p{p.standstill_quantile * 100:.0f} step time {spt:.3g} s, allowed {_dur(limit)})"
+        others = sorted(k for k in self._ranks if k != rank)
+        if others:
+            waiting = [k for (_, _, _, k), _, _ in over if k != rank]
+            if len(waiting) == len(others):
+                message += f"; the other {len(others)} ranks stand too, behind it"
+                if not busy:
+                    message += " (its GPUs idle while theirs are busy)"
+            else:
+                message += f"; {len(others) - len(waiting)} of the other {len(others)} ranks move on"
+        bound = round(limit, 1)
+        ev = self._evidence("step", {"seconds": bound}, bound, round(standing, 1), change_t, message)
+        ev.update(rank=rank, step=step, step_time=spt, ranks_standing=sorted(k for (_, _, _, k), _, _ in over))
+        return Verdict("stalled", change_t, ev)
 
     def _rank_scan(self, now: float) -> Verdict | None:
         """Hanging ranks and stragglers, from a scan of every rank at most every ``rank_check_s``."""
@@ -516,9 +663,6 @@ class HealthTracker:
             return self._scan
         self._scan_t = now
         silence = self._silence_limit()
-        spt = self.step_time()
-        hang_limit = max(silence, p.standstill_steps * spt if spt else 0.0, 2 * p.rate_window_s / 8)
-        moving = sum(1 for r in self._ranks.values() if now - r.change_t <= hang_limit)
         rates: list[tuple[float, int, _Rank]] = []
         for rank, r in self._ranks.items():
             if now - r.last_t > silence:
@@ -526,16 +670,13 @@ class HealthTracker:
                 ev = self._evidence("heartbeats", {"seconds": silence}, silence, now - r.last_t, r.last_t, message)
                 self._scan = Verdict("stalled", r.last_t, {**ev, "rank": rank})
                 return self._scan
-            if r.step is not None and now - r.change_t > hang_limit and 2 * moving >= len(self._ranks):
-                message = f"rank {rank} has been at step {r.step:,} for {_dur(now - r.change_t)} while the others move"
-                ev = self._evidence("step", {"seconds": hang_limit}, hang_limit, now - r.change_t, r.change_t, message)
-                self._scan = Verdict("stalled", r.change_t, {**ev, "rank": rank})
-                return self._scan
             if len(r.checkpoints) >= 2 and r.step is not None:
                 t0, s0 = r.checkpoints[0]
                 if r.last_t - t0 >= p.rate_window_s / 2:
                     rates.append(((r.step - s0) / (r.last_t - t0), rank, r))
-        self._scan = None
+        self._scan = self._standstill(now)
+        if self._scan is not None:
+            return self._scan
         if len(rates) < 2:
             return None
         typical = median(rate for rate, _, _ in rates)
@@ -748,6 +889,12 @@ class HealthTracker:
 def replay(params: HealthParams | None, metric: str, direction: str, windows: Iterable[StoredWindow]) -> HealthTracker:
     """Rebuild a tracker from stored windows; see :meth:`HealthTracker.replay`."""
     return HealthTracker.replay(windows, params, metric, direction)
+
+
+def _quantile(values: Iterable[float], q: float) -> float:
+    """The ``q`` quantile of a few values (the nearest rank: no interpolation between two step times)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def _signed(x: float) -> str:

@@ -101,6 +101,8 @@ class Job:
     health_since: float | None = None
     health_evidence: dict[str, Any] = field(default_factory=dict)
     """Why: the metric, window, threshold and what was observed, and a sentence."""
+    health_history: list[dict[str, Any]] = field(default_factory=list)
+    """Every verdict the job had, oldest first, each with its span (see ``store.health_history``)."""
     policy: dict[str, Any] = field(default_factory=dict)
     """The job's own policy (what it sets over its namespace's; see ``server.policies``)."""
     policy_fired: dict[str, Any] = field(default_factory=dict)

@@ -21,7 +21,7 @@ import hashlib
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL", "channel", "lock_key"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -190,6 +190,10 @@ MIGRATIONS: dict[int, str] = {
     # one): each accepted status replaces it whole, and every reader shows it as the client sent it.
     4: """
     ALTER TABLE jobs ADD COLUMN trainer_status TEXT;
+    """,
+    # Every verdict a job had, with its span (store/health_history.py): kept when it recovers or ends.
+    5: """
+    ALTER TABLE jobs ADD COLUMN health_history TEXT NOT NULL DEFAULT '[]';
     """,
 }
 

@@ -22,7 +22,7 @@ JOB_COLUMNS = (
     "step, total_steps, epoch, total_epochs, samples, steps_per_second, samples_per_second, reported_eta, "
     "reported_progress, reason, exit_code, source, gpus, gpu_hour_cost, world_size, params, last_metrics, "
     "nonfinite_total, eta_seconds, eta_rate, eta_at, health, health_since, health_evidence, policy, policy_fired, "
-    "gpu_type, trainer_status"
+    "gpu_type, trainer_status, health_history"
 )
 
 
@@ -77,6 +77,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         policy_fired,
         gpu_type,
         trainer_status,
+        health_history,
     ) = row
     return Job(
         id=job_id,
@@ -117,6 +118,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         policy_fired=json.loads(policy_fired),
         gpu_type=gpu_type,
         trainer_status=None if trainer_status is None else json.loads(trainer_status),
+        health_history=json.loads(health_history),
     )
 
 
@@ -126,7 +128,7 @@ def column_value(name: str, value: Any) -> Any:
         return json.dumps(value)
     if name == "last_metrics":
         return json.dumps({k: encode_float(v) for k, v in value.items()})
-    if name in ("health_evidence", "policy", "policy_fired"):
+    if name in ("health_evidence", "policy", "policy_fired", "health_history"):
         return json.dumps(value, default=str)
     if name == "trainer_status":
         return None if value is None else json.dumps(value, ensure_ascii=False)

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from ...protocol import Command, GpuReading
 from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
 from .base import FINAL_STATES, Event, Job, JobFilter, JobState, RankState, Store, StoreError, health_change_is_event
+from .health_history import next_history
 from .replica_cache import ReplicaCache
 from .rows import column_value
 
@@ -149,7 +150,16 @@ class SqlStore(Store):
             if health_change_is_event(current.health, health):
                 message = str(evidence.get("message") or f"health is now {health}")
                 self._event(conn, job_id, now, "health", message, {"health": health, "evidence": evidence})
-            return self._update(conn, current, {"health": health, "health_since": since, "health_evidence": evidence})
+            history = next_history(
+                current.health_history,
+                (current.health, current.health_since, current.health_evidence),
+                (health, since, evidence),
+                now,
+            )
+            updates: dict[str, Any] = {"health": health, "health_since": since, "health_evidence": evidence}
+            if history is not current.health_history:
+                updates["health_history"] = history
+            return self._update(conn, current, updates)
 
     def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
         """Keep the latest ETA of a job with the job, so that lists need no history."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -179,6 +179,10 @@ MIGRATIONS: dict[int, str] = {
     # one): each accepted status replaces it whole, and every reader shows it as the client sent it.
     6: """
     ALTER TABLE jobs ADD COLUMN trainer_status TEXT;
+    """,
+    # Every verdict a job had, with its span (store/health_history.py): kept when it recovers or ends.
+    7: """
+    ALTER TABLE jobs ADD COLUMN health_history TEXT NOT NULL DEFAULT '[]';
     """,
 }
 

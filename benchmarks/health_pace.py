@@ -1,0 +1,230 @@
+"""Stalls by pace, a hung rank named, divergence before NaN: the health tracker now against before.
+
+``health_detection.py`` runs its curves at one pace (4 steps/s); this one varies what the stall and
+the fast divergence rules depend on, and runs the tracker of this tree and the tracker of an earlier
+commit (``--before``, default ``ad9266a``: main before issue 19) on the same simulated jobs in the
+same run. The earlier tracker is read with ``git show`` into a temporary package: nothing is copied
+into the tree.
+
+- **Stall, reports go on**: one rank steps with log-normal step times (sigma 0.3) around 0.1 s, 1 s
+  or 10 s, reports every 2 s (+-10 %), the server sweeps every 5 s; at a random time the step stops
+  (a deadlocked data loader) while the reports go on. Delay: from the last step to ``stalled``.
+  Target (issue 19): 45 s for steps <= 1 s, max(45 s, 4 x p95 step time) for slower ones.
+- **One hung rank of 4**: rank 0 reports every 2 s, ranks 1-3 heartbeat every 10 s; rank 2 hangs in
+  its loader; the others block in the next collective at the same step (synchronous DDP), their
+  GPUs spinning (100 %), the hung rank's idle (0 %). Named: the share of jobs whose verdict names rank 2.
+- **Healthy at each pace**: 30 minutes of the same jitter, with a step 3x the usual one in 2 % of the
+  steps: any stall is a false alarm.
+- **Blow-up to NaN**: a loss at about 2 (5 % noise) for 10 minutes at 4 steps/s, then multiplied by
+  1.05, 1.2 or 2 per step until it overflows float32 (NaN). Lead: from ``diverging`` to the first
+  non-finite report (0 when only the NaN is flagged).
+
+    .venv/bin/python benchmarks/health_pace.py            # 20 jobs per row (about a minute)
+    .venv/bin/python benchmarks/health_pace.py --jobs 5   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from stepwatch.server.analysis import health as now_health  # noqa: E402
+
+INTERVAL = 2.0
+SWEEP = 5.0
+HEARTBEAT = 10.0
+
+
+def load_before(rev: str) -> ModuleType:
+    """The ``analysis.health`` module of commit ``rev``, imported from a temporary package."""
+    folder = Path(tempfile.mkdtemp(prefix="sw_before_"))
+    package = folder / "sw_before"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    listing = subprocess.run(
+        ["git", "ls-tree", "--name-only", f"{rev}:src/stepwatch/server/analysis"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in listing:
+        if name.endswith(".py") and name != "__init__.py":
+            text = subprocess.run(
+                ["git", "show", f"{rev}:src/stepwatch/server/analysis/{name}"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            (package / name).write_text(text)
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("sw_before.health")
+
+
+def _step_times(rng: np.random.Generator, spt: float, n: int) -> np.ndarray:
+    times = spt * np.exp(rng.normal(0, 0.3, n) - 0.045)
+    slow = rng.random(n) < 0.02
+    times[slow] *= 3
+    return times
+
+
+def stall_job(module: ModuleType, spt: float, seed: int, hang: bool, ranks: int = 1) -> dict[str, Any]:
+    """One job at ``spt`` seconds per step; with ``hang`` its rank (rank 2 of 4 with ``ranks``) hangs."""
+    rng = np.random.default_rng(seed)
+    duration = 1800.0
+    n = int(duration / spt) + 10
+    ends = 1000.0 + np.cumsum(_step_times(rng, spt, n))
+    hang_t = 1000.0 + float(rng.uniform(600, 1200)) if hang else math.inf
+    last_step_t = float(ends[ends <= hang_t][-1]) if hang else math.inf
+    stop_step = int(np.searchsorted(ends, hang_t))  # the steps done when the rank hangs
+    tracker = module.HealthTracker()
+    total = n
+    times = []
+    t = 1000.0
+    while t < 1000.0 + duration + 300:
+        t += INTERVAL * float(rng.uniform(0.9, 1.1))
+        times.append(("r0", t))
+    beats = [(f"r{r}", 1000.0 + r * 2.5 + k * HEARTBEAT) for r in range(1, ranks) for k in range(int(2200 / HEARTBEAT))]
+    sweeps = [("sweep", 1000.0 + k * SWEEP) for k in range(int(2200 / SWEEP))]
+    last = float(ends[-1]) if not hang else math.inf  # a healthy job is judged while it steps
+    events = sorted((e for e in times + beats + sweeps if e[1] <= last), key=lambda e: e[1])
+    hung_rank = 2 if ranks > 1 else 0
+    for who, t in events:
+        done = int(np.searchsorted(ends, t))
+        if hang:
+            done = min(done, stop_step)  # the hung rank, and (synchronous DDP) the others at the same step
+        if who != "sweep":
+            rank = int(who[1:])
+            tracker.observe_progress(t, rank, done, total)
+            if ranks > 1 and hasattr(tracker, "observe_gpu"):
+                busy = 0.0 if hang and t > hang_t and rank == hung_rank else 100.0
+                tracker.observe_gpu(rank, busy)
+        verdict = tracker.verdict(t)
+        if verdict.state == "stalled":
+            if not hang:
+                return {"false": True}
+            named = verdict.evidence.get("rank")
+            return {
+                "delay": t - last_step_t,
+                "named": named == hung_rank,
+                "p95": float(np.quantile(np.diff(ends[:stop_step]), 0.95)),
+            }
+    return {"false": False} if not hang else {"delay": None, "named": False}
+
+
+def blowup_job(module: ModuleType, growth: float, seed: int) -> dict[str, Any]:
+    """A loss that blows up by ``growth`` per step until float32 overflows: lead of diverging over NaN."""
+    rng = np.random.default_rng(seed)
+    rate = 4.0
+    calm = 2400
+    with np.errstate(over="ignore", invalid="ignore"):
+        tail = np.float32(2.0) * np.power(np.float32(growth), np.arange(1, 4000, dtype=np.float32))
+        tail = tail.astype(np.float64)
+        first_bad = int(np.argmax(~np.isfinite(tail) | (tail > 3.4e38)))
+        tail = tail[: first_bad + 20]
+        tail[first_bad:] = np.nan
+    loss = np.concatenate([2.0 * np.exp(rng.normal(0, 0.05, calm)), tail])
+    tracker = module.HealthTracker()
+    t, step = 1000.0, 0
+    flagged = None
+    while step < len(loss):
+        dt = INTERVAL * float(rng.uniform(0.9, 1.1))
+        new = min(step + round(dt * rate), len(loss))
+        t += dt
+        tracker.observe_progress(t, 0, new, len(loss))
+        chunk = loss[step:new]
+        finite = chunk[np.isfinite(chunk)]
+        mean = float(finite.mean()) if len(finite) else None
+        lo = float(finite.min()) if len(finite) else None
+        hi = float(finite.max()) if len(finite) else None
+        tracker.observe_window(t, new, float(chunk[-1]), lo, hi, mean, len(chunk), len(chunk) - len(finite), step + 1)
+        nonfinite = len(finite) < len(chunk)
+        step = new
+        if tracker.verdict(t).state == "diverging" and flagged is None:
+            flagged = t
+        if nonfinite:
+            return {"lead": t - flagged if flagged is not None else 0.0, "run": (first_bad) / rate}
+    return {"lead": None}
+
+
+def _row(label: str, values: list[float | None], target: float | None = None) -> str:
+    found = [v for v in values if v is not None]
+    med = statistics.median(found) if found else math.nan
+    worst = max(found) if found else math.nan
+    within = f"{sum(1 for v in found if target is None or v <= target)}/{len(values)}"
+    return f"{label:44} {len(found):3d}/{len(values):<3d} {med:8.1f} {worst:8.1f} {within:>8}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20, help="simulated jobs per row")
+    parser.add_argument("--before", default="ad9266a", help="the commit whose tracker is 'before'")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    trackers = {"before": load_before(args.before), "now": now_health}
+    seeds = range(args.jobs)
+    print(f"before: the tracker of {args.before}; now: this tree's; {args.jobs} jobs per row")
+    print(f"\n{'stall (from the last step to stalled)':44} {'found':>7} {'median':>8} {'worst':>8} {'in time':>8}")
+    for spt in (0.1, 1.0, 10.0):
+        for which, module in trackers.items():
+            outs = [stall_job(module, spt, s, hang=True) for s in seeds]
+            p95 = statistics.median(o["p95"] for o in outs if "p95" in o) if any("p95" in o for o in outs) else spt
+            target = max(45.0, 4 * p95) if spt > 1 else 45.0
+            print(
+                _row(f"{spt:g} s steps, reports go on, {which}", [o["delay"] for o in outs], target),
+                f" target {target:.0f} s",
+            )
+    print(
+        f"\n{'one hung rank of 4 (sync DDP), heartbeats go on':44} {'found':>7} {'median':>8} {'worst':>8}",
+        f"{'in time':>8}  named",
+    )
+    for spt in (0.1, 1.0, 10.0):
+        for which, module in trackers.items():
+            outs = [stall_job(module, spt, s, hang=True, ranks=4) for s in seeds]
+            target = 45.0 if spt <= 1 else max(45.0, 4 * 1.6 * spt)
+            named = sum(1 for o in outs if o.get("named"))
+            print(
+                _row(f"{spt:g} s steps, rank 2 hangs, {which}", [o["delay"] for o in outs], target),
+                f" {named}/{len(outs)}",
+            )
+    print("\nhealthy jobs, 30 min each (jitter sigma 0.3, 2 % of steps 3x slower): jobs flagged stalled")
+    for spt in (0.1, 1.0, 10.0):
+        cells = []
+        for which, module in trackers.items():
+            flagged = sum(1 for s in seeds if stall_job(module, spt, 1000 + s, hang=False)["false"])
+            flagged += sum(1 for s in seeds if stall_job(module, spt, 2000 + s, hang=False, ranks=4)["false"])
+            cells.append(f"{which} {flagged}/{2 * len(seeds)}")
+        print(f"  {spt:g} s steps (1 and 4 ranks): " + ", ".join(cells))
+    print(f"\n{'blow-up to NaN (lead: diverging before NaN)':44} {'found':>7} {'median':>8} {'worst':>8}   run to NaN")
+    for growth in (1.05, 1.2, 2.0):
+        for which, module in trackers.items():
+            outs = [blowup_job(module, growth, s) for s in seeds]
+            leads = [o["lead"] for o in outs]
+            found = [v for v in leads if v is not None]
+            least = min(found) if found else math.nan
+            run = statistics.median(o["run"] for o in outs if "run" in o)
+            print(
+                f"{f'x{growth:g} per step, {which}':44} {len(found):3d}/{len(leads):<3d}",
+                f"{statistics.median(found):8.1f} {least:8.1f}   {run:.0f} s (least lead)",
+            )
+    print(f"\n(ran in {time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

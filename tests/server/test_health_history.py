@@ -1,0 +1,135 @@
+"""Verdict history: every verdict a job had is kept with its span and what it cost, after the job
+recovers and after it ends; the fleet's wasted cost never shrinks when jobs end. Real stores
+(SQLite and PostgreSQL), the real app in process, the server's clock moved by the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stepwatch.server.analysis.cost import wasted_seconds
+from stepwatch.server.store import Store
+from stepwatch.server.store.health_history import MAX_SPANS, next_history
+from stepwatch.server.views import cost_of, health_history_view
+
+MakeReport = Callable[..., dict[str, Any]]
+pytestmark = pytest.mark.both_stores
+
+RATE = 2 * 3.0  # 2 GPUs at 3 USD an hour
+
+
+def _hang(api: Any, make_report: MakeReport, name: str, token: str, seq: int, step: int, seconds: int) -> int:
+    """Reports every 2 s for ``seconds`` with the step standing (a hung loop whose reporter still runs)."""
+    for _ in range(seconds // 2):
+        api.clock.advance(2)
+        seq += 1
+        api.report_ok(name, token, make_report(seq, step, total_steps=100_000))
+    return seq
+
+
+def _train(
+    api: Any, make_report: MakeReport, name: str, token: str, seq: int, step: int, reports: int
+) -> tuple[int, int]:
+    """Reports every 2 s, 8 steps each, with a falling loss."""
+    for _ in range(reports):
+        api.clock.advance(2)
+        seq += 1
+        step += 8
+        api.report_ok(name, token, make_report(seq, step, {"loss": 5.0 / (1 + step / 500)}, total_steps=100_000))
+    return seq, step
+
+
+def test_a_stall_that_recovers_keeps_its_span_and_its_cost(api: Any, make_report: MakeReport) -> None:
+    token = api.register("hung", gpus=2, gpu_hour_cost=3.0)
+    seq, step = _train(api, make_report, "hung", token, 0, 0, 30)
+    stood_from = api.clock.now
+    seq = _hang(api, make_report, "hung", token, seq, step, 60)
+    assert api.job("hung")["health"]["state"] == "stalled"
+    seq, step = _train(api, make_report, "hung", token, seq, step, 10)
+    view = api.job("hung")
+    assert view["health"]["state"] == "healthy" and view["health"]["evidence"]["recovered_from"] == "stalled"
+    spans = view["health"]["history"]
+    assert [s["state"] for s in spans] == ["healthy", "stalled", "healthy"]
+    stalled = spans[1]
+    # the stall stood from the last step change to the report that moved it again
+    assert stalled["since"] == pytest.approx(stood_from, abs=2.1) and stalled["to"] is not None
+    assert stalled["seconds"] == pytest.approx(62, abs=2.1) and stalled["rank"] == 0
+    assert stalled["wasted"] > 0 and stalled["wasted"] == pytest.approx(stalled["seconds"] / 3600 * RATE)
+    assert view["cost"]["wasted"] == pytest.approx(stalled["wasted"])  # recovered: the waste stays
+
+    # ended: the history and the waste stay as they were
+    api.clock.advance(2)
+    api.report_ok("hung", token, make_report(seq + 1, step + 8, {"loss": 1.0}, total_steps=100_000, state="finished"))
+    ended = api.job("hung")
+    assert ended["state"] == "finished" and [s["state"] for s in ended["health"]["history"]][:3] == [
+        "healthy",
+        "stalled",
+        "healthy",
+    ]
+    assert ended["cost"]["wasted"] == pytest.approx(stalled["wasted"])
+
+
+def test_a_job_that_ends_hung_ends_stalled_and_the_fleet_waste_does_not_shrink(
+    api: Any, make_report: MakeReport
+) -> None:
+    token = api.register("hung", gpus=2, gpu_hour_cost=3.0)
+    seq, step = _train(api, make_report, "hung", token, 0, 0, 30)
+    seq = _hang(api, make_report, "hung", token, seq, step, 90)
+    before = api.client.get("/api/v1/costs").json()["total"]["wasted"]
+    assert before > 0
+    # the runner kills the hung process: its last report, the step still standing
+    api.clock.advance(2)
+    api.report_ok("hung", token, make_report(seq + 1, step, total_steps=100_000, state="failed", reason="killed"))
+    view = api.job("hung")
+    assert view["state"] == "failed" and view["health"]["state"] == "stalled"  # not "recovered" by its end
+    assert [e["data"]["health"] for e in api.events("hung") if e["kind"] == "health"] == ["stalled"]
+    api.clock.advance(3600)  # long after: the waste stops at the end and stays
+    after = api.client.get("/api/v1/costs").json()["total"]["wasted"]
+    assert after >= before and after == pytest.approx(view["cost"]["wasted"])
+
+
+def test_history_spans_and_waste_in_the_store(store: Store) -> None:
+    job = store.register("ns", "a", token_hash="h", now=0.0, gpus=2.0, gpu_hour_cost=3.0)
+    job = store.set_state(job, "running", 0.0)
+    store.set_health(job.id, "healthy", 10.0, {"message": "fine"}, 10.0)
+    store.set_health(job.id, "stalled", 50.0, {"message": "hung", "rank": 3}, 80.0)
+    store.set_health(job.id, "healthy", 200.0, {"message": "moves"}, 200.0)
+    store.set_health(job.id, "healthy", 200.0, {"message": "still"}, 250.0)  # no change: no span
+    store.set_health(job.id, "not_learning", 300.0, {"message": "flat"}, 400.0)
+    job = store.set_state(store.job_by_id(job.id) or job, "stopped", 500.0, "plateau")
+    spans = job.health_history
+    assert [(s["state"], s["from"], s["since"], s["to"]) for s in spans] == [
+        ("healthy", 10.0, 10.0, 80.0),
+        ("stalled", 80.0, 50.0, 200.0),
+        ("healthy", 200.0, 200.0, 400.0),
+        ("not_learning", 400.0, 300.0, None),
+    ]
+    assert spans[1]["rank"] == 3 and spans[1]["message"] == "hung"
+    # wasted: from each bad verdict's start (the analysis's since) to its end, or the job's end
+    cost = cost_of(job, 10_000.0, None)
+    assert cost.wasted == pytest.approx(((200 - 50) + (500 - 300)) / 3600 * RATE)
+    view = health_history_view(job, 10_000.0)
+    assert [round(s["seconds"]) for s in view] == [70, 150, 200, 200]
+    assert view[3]["wasted"] == pytest.approx(200 / 3600 * RATE) and view[0]["wasted"] == 0.0
+    reopened = store.job_by_id(job.id)
+    assert reopened is not None and reopened.health_history == spans
+
+
+def test_a_job_recorded_before_the_history_starts_it_from_its_stored_health() -> None:
+    # a job of an older schema: stalled since 50, no spans yet; it recovers at 120
+    spans = next_history([], ("stalled", 50.0, {"message": "hung"}), ("healthy", 120.0, {}), 120.0)
+    assert [(s["state"], s["from"], s["to"]) for s in spans] == [("stalled", 50.0, 120.0), ("healthy", 120.0, None)]
+    assert next_history(spans, ("healthy", 120.0, {}), ("healthy", 130.0, {}), 130.0) is spans
+
+
+def test_overlapping_bad_verdicts_count_once_and_the_history_is_bounded() -> None:
+    assert wasted_seconds([(0.0, 100.0), (50.0, 150.0), (300.0, None)], 10.0, 400.0) == pytest.approx(240.0)
+    spans: list[dict[str, Any]] = []
+    old = ("unknown", None, {})
+    for i in range(2 * MAX_SPANS):
+        new = ("stalled" if i % 2 else "healthy", float(i), {})
+        spans = next_history(spans, (old[0], old[1], {}), new, float(i))
+        old = new
+    assert len(spans) == MAX_SPANS and all(s["state"] == "stalled" for s in spans[:-1])

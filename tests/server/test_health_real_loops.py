@@ -1,0 +1,171 @@
+"""Health of real training loops under `stepwatch run`, read back from the API of a real server:
+a loop whose data loader thread deadlocks (the reporter thread keeps reporting, the step stands) is
+flagged stalled and ends stalled; a NumPy loop whose loss climbs is flagged diverging before its loss
+turns non-finite. The server runs with small time constants through its own settings
+(``STEPWATCH_HEALTH``, ``STEPWATCH_HEALTH_SWEEP_S``), so the tests take seconds, not minutes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+FLOOR_S = 3.0
+KNOBS = {"standstill_floor_s": FLOOR_S, "stall_floor_s": 2.0, "startup_s": 5.0}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """A real `stepwatch server` in a subprocess, with a 3 s standstill floor and a sweep every 0.5 s."""
+    port = free_port()
+    env = {**os.environ, "STEPWATCH_HEALTH": json.dumps(KNOBS), "STEPWATCH_HEALTH_SWEEP_S": "0.5"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "server", "--port", str(port), "--db", str(tmp_path / "sw.db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            httpx.get(url + "/healthz", timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+def _job(url: str, name: str) -> dict[str, Any]:
+    response = httpx.get(f"{url}/api/v1/namespaces/default/jobs/{name}", timeout=5)
+    return response.json() if response.status_code == 200 else {}
+
+
+def _wait(url: str, name: str, health: str, timeout: float = 90.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = _job(url, name)
+        if found.get("health", {}).get("state") == health:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{name} never became {health}: {_job(url, name).get('health')}")
+
+
+def _run(url: str, name: str, script: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "run", "--server", url, "--name", name, "--grace", "5", "--",
+         sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "STEPWATCH_INTERVAL": "0.2"},
+    )  # fmt: skip
+
+
+DEADLOCK = """
+import queue, threading, time, stepwatch
+run = stepwatch.init(total_steps=100_000)
+batches = queue.Queue(maxsize=4)
+shared = threading.Lock()   # the main loop holds it while it logs; the loader takes it per batch
+
+def loader():
+    for i in range(10**9):
+        if i == 150:   # the loader waits for the lock, the loop waits for the loader: a deadlock
+            shared.acquire(); shared.acquire()
+        batches.put(i)
+
+threading.Thread(target=loader, daemon=True).start()
+for step in range(1, 100_001):
+    batches.get()
+    time.sleep(0.02)
+    run.step(loss=1.0 / step)
+    open(LAST, "w").write(repr(time.time()))
+"""
+
+
+def test_a_deadlocked_data_loader_is_stalled_and_ends_stalled(server: str, tmp_path: Path) -> None:
+    last = tmp_path / "last_step"
+    script = tmp_path / "deadlock.py"
+    script.write_text(f"LAST = {str(last)!r}\n" + DEADLOCK)
+    process = _run(server, "deadlock", script)
+    try:
+        found = _wait(server, "deadlock", "stalled")
+        flagged = time.time()
+        evidence = found["health"]["evidence"]
+        assert evidence["metric"] == "step" and evidence["rank"] == 0, evidence
+        assert "while reports arrive" in evidence["message"]
+        assert found["progress"]["step"] == 150  # the step stood where the loader deadlocked (150 batches)
+        stood = flagged - float(last.read_text())
+        # flagged after the floor (0.02 s steps: the floor decides), not before; the upper side is
+        # a ratio of the floor with room for a loaded 2-core machine (the target is 45 s for a 30 s floor)
+        assert FLOOR_S <= stood <= 45 / 30 * FLOOR_S + 6, stood
+        assert found["progress"]["step"] == _job(server, "deadlock")["progress"]["step"]  # still standing
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    ended = _job(server, "deadlock")
+    assert ended["state"] in ("stopped", "failed") and ended["health"]["state"] == "stalled"
+    assert [s["state"] for s in ended["health"]["history"]] == ["healthy", "stalled"]
+
+
+DIVERGE = """
+import numpy as np, time, stepwatch
+rng = np.random.default_rng(0)
+x = rng.normal(size=(64, 8)).astype(np.float32)
+w_true = rng.normal(size=8).astype(np.float32)
+y = x @ w_true
+w = np.zeros(8, dtype=np.float32)
+curvature = float(np.linalg.eigvalsh(x.T @ x / len(x)).max())
+run = stepwatch.init(total_steps=100_000)
+for step in range(1, 100_001):
+    lr = 0.1 / curvature if step < 150 else 2.4 / curvature   # too high from step 150: the loss climbs
+    with np.errstate(all="ignore"):
+        err = x @ w - y
+        loss = float(np.mean(err ** 2))
+        w = w - lr * (x.T @ err / len(x)).astype(np.float32)
+    run.step(loss=loss)
+    if not np.isfinite(loss):
+        open(NAN, "w").write(str(step))
+        break
+    time.sleep(0.02)
+time.sleep(2)
+run.finish("failed", "the loss is not finite")
+"""
+
+
+def test_a_numpy_loop_whose_loss_climbs_is_diverging_before_nan(server: str, tmp_path: Path) -> None:
+    nan_at = tmp_path / "nan_step"
+    script = tmp_path / "diverge.py"
+    script.write_text(f"NAN = {str(nan_at)!r}\n" + DIVERGE)
+    process = _run(server, "climb", script)
+    try:
+        process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert nan_at.exists(), "the loop never reached a non-finite loss"
+    nan_step = int(nan_at.read_text())
+    events = httpx.get(f"{server}/api/v1/namespaces/default/jobs/climb/events", timeout=5).json()["items"]
+    health = [e for e in events if e["kind"] == "health"]
+    assert health and health[0]["data"]["health"] == "diverging", health
+    evidence = health[0]["data"]["evidence"]
+    # flagged by the climb, with its evidence, at a step before the loss turned non-finite
+    assert evidence["rule"] in ("orders", "growth") and evidence["step"] < nan_step, (evidence, nan_step)
+    assert evidence["observed"] > 10 * evidence["best"] and evidence["since_step"] >= 150
+    assert _job(server, "climb")["health"]["state"] == "diverging"
