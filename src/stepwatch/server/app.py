@@ -78,6 +78,7 @@ def create_app(
     owned = store is None
     primary = worker is None or worker.primary
     the_store = store if store is not None else open_store(settings, shared=worker is not None and worker.count > 1)
+    the_store.max_metric_names = settings.max_metric_names
     services = Services(
         store=the_store,
         live=Broadcaster(),

@@ -24,7 +24,7 @@ from ..estimates import RecentProgress
 from ..health import HealthMonitor
 from ..live import Broadcaster
 from ..policies import PolicyBook, PolicyEngine
-from ..store import Job, Store, StoreError
+from ..store import Job, MetricLimitError, Store, StoreError
 from ..views import CompactViews
 from ..writer import ReportWriter
 
@@ -60,7 +60,7 @@ class Services:
     store: Store
     live: Broadcaster
     clock: Callable[[], float] = time.time
-    stats: dict[str, int] = field(default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0})
+    stats: dict[str, int] = field(default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0, "over_limit": 0})
     progress: RecentProgress = field(default_factory=RecentProgress)
     """Recent progress samples of live jobs, for their ETA."""
     views: CompactViews = field(default_factory=CompactViews)
@@ -142,6 +142,8 @@ def at_once(fn: Callable[[T], R]) -> Callable[[T], R]:
 
 
 def _unavailable(exc: StoreError) -> ApiError:
+    if isinstance(exc, MetricLimitError):  # the caller's fault, not the store's
+        return ApiError(422, str(exc), "metrics")
     return ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"})
 
 

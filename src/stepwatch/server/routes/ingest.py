@@ -16,7 +16,7 @@ from .. import health
 from ..errors import ApiError
 from ..estimates import HORIZON_S, estimate_due, estimate_from_samples
 from ..responses import FastJSONResponse
-from ..store import IngestResult, Job, PendingReport
+from ..store import IngestResult, Job, MetricLimitError, PendingReport
 from ..store.base import FINAL_STATES
 from ..views import job_view, json_float
 from .common import Services, authorize, blocking, read_json, require_job, services
@@ -45,7 +45,11 @@ async def report(request: Request) -> JSONResponse:
             job if parsed.progress.total_steps is None else replace(job, total_steps=parsed.progress.total_steps)
         )
         estimate = await _estimate(svc, with_totals, step, now)
-    result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
+    try:
+        result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
+    except MetricLimitError as exc:
+        svc.stats["over_limit"] += 1
+        raise ApiError(422, str(exc), "metrics") from None
     svc.stats["duplicates" if result.duplicate else "reports"] += 1
     commands = result.commands
     if not result.duplicate:
