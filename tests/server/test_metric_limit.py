@@ -75,7 +75,8 @@ def test_kubeflow_status_over_the_limit_is_a_422_status(api: Any) -> None:
 
     def status(report: int) -> dict[str, Any]:
         metrics = [{"name": n, "value": str(v)} for n, v in _names(report).items()]
-        return {"trainerStatus": {"progressPercentage": 5, "metrics": metrics, "lastUpdatedTime": "2026-01-01T00:00:00Z"}}
+        at = "2026-01-01T00:00:00Z"
+        return {"trainerStatus": {"progressPercentage": 5, "metrics": metrics, "lastUpdatedTime": at}}
 
     codes = [api.kubeflow("kf", token, status(i)).status_code for i in range(3)]
     assert codes == [200, 200, 422]

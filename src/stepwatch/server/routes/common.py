@@ -60,7 +60,10 @@ class Services:
     store: Store
     live: Broadcaster
     clock: Callable[[], float] = time.time
-    stats: dict[str, int] = field(default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0, "over_limit": 0})
+    stats: dict[str, int] = field(
+        default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0, "over_limit": 0}
+    )
+    """Answers counted by kind (``/healthz``); ``over_limit``: reports refused for the limit on metric names."""
     progress: RecentProgress = field(default_factory=RecentProgress)
     """Recent progress samples of live jobs, for their ETA."""
     views: CompactViews = field(default_factory=CompactViews)

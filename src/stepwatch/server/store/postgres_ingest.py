@@ -97,9 +97,7 @@ def write_reports(
     changed: dict[int, dict[str, Any]] = {}
     results: dict[int, IngestResult | StoreError] = {}
     names: dict[int, set[str]] = {}
-    known = [
-        item for item in batch if item.job.id in store._remembered and _within_limit(store, item, names, results)
-    ]
+    known = [item for item in batch if item.job.id in store._remembered and _within_limit(store, item, names, results)]
     if isolate:
         for item in known:
             results[id(item)] = _isolated(store, conn, item, pending, changed)
