@@ -88,7 +88,11 @@ def create_app(
     )
     services = Services(
         store=the_store,
-        live=Broadcaster(),
+        live=Broadcaster(
+            ring_bytes=settings.live_ring_bytes,
+            max_streams=settings.live_streams,
+            max_per_client=settings.live_streams_per_client,
+        ),
         clock=clock,
         prices=settings.price_list(),
         health=HealthMonitor(settings.health_params()),
