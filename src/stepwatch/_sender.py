@@ -87,6 +87,9 @@ class Sender:
         self._warned: set[str] = set()
         self.sent = 0
         """Bodies the server accepted."""
+        self.finished = False
+        """The thread has ended (its final flush done or given up): a plain flag, read without a lock
+        by the SIGTERM handler, which must not wait on an ``Event`` the code it interrupted may hold."""
         self.last_error: str | None = None
         """The last reason a request failed, for diagnostics."""
 
@@ -130,10 +133,6 @@ class Sender:
             )
         return delivered and self.wire.pending() is None and self.rejected == rejected_before
 
-    def wait_done(self, timeout: float) -> bool:
-        """Wait for the thread to finish its final flush (a SIGTERM during ``finish()`` does)."""
-        return self._done.wait(timeout)
-
     def abandon(self) -> None:
         """Stop without sending (a forked child, a disabled run)."""
         self._stop.set()
@@ -160,6 +159,7 @@ class Sender:
                 self._cycle()
             except Exception as exc:  # never let one bad cycle end the thread
                 self._warn_once("cycle", "stepwatch: a reporting cycle failed (%s); going on", exc)
+        self.finished = True
         self._done.set()
         try:
             self.transport.close()
