@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +18,7 @@ from ..estimates import HORIZON_S, estimate_due, estimate_from_samples
 from ..responses import FastJSONResponse
 from ..store import IngestResult, Job, MetricLimitError, PendingReport
 from ..store.base import FINAL_STATES
+from ..store.job_updates import check_metric_names
 from ..views import job_view, json_float
 from .common import Services, authorize, blocking, read_json, require_job, services
 from .pod_tokens import job_for_pod, pod_bearer
@@ -37,6 +38,7 @@ async def report(request: Request) -> JSONResponse:
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
     svc = services(request)
+    _within_limit(svc, job, (w.name for w in parsed.metrics))
     now = svc.clock()
     estimate = None
     step = parsed.progress.step
@@ -47,9 +49,8 @@ async def report(request: Request) -> JSONResponse:
         estimate = await _estimate(svc, with_totals, step, now)
     try:
         result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
-    except MetricLimitError as exc:
-        svc.stats["over_limit"] += 1
-        raise ApiError(422, str(exc), "metrics") from None
+    except MetricLimitError as exc:  # the store counts again under the job's lock (replicas, concurrent reports)
+        raise _over_limit(svc, exc) from None
     svc.stats["duplicates" if result.duplicate else "reports"] += 1
     commands = result.commands
     if not result.duplicate:
@@ -96,6 +97,21 @@ async def trainer_status(request: Request) -> JSONResponse:
     if not result.duplicate:
         await _after_ingest(request, job, result, 0, result.job.step, result.job.total_steps)
     return JSONResponse(status.to_body())  # upstream echoes the payload
+
+
+def _within_limit(svc: Services, job: Job, names: Iterable[str]) -> None:
+    """Refuse at once a report over the limit on metric names, by the job as the route found it: it may
+    hold fewer names than the store (never more), so this refuses nothing the store would take, and
+    spares the writer the reports it would refuse."""
+    try:
+        check_metric_names(job, job.last_metrics, names, svc.store.max_metric_names)
+    except MetricLimitError as exc:
+        raise _over_limit(svc, exc) from None
+
+
+def _over_limit(svc: Services, exc: MetricLimitError) -> ApiError:
+    svc.stats["over_limit"] += 1
+    return ApiError(422, str(exc), "metrics")
 
 
 async def _estimate(
