@@ -64,6 +64,9 @@ class Services:
         default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0, "over_limit": 0}
     )
     """Answers counted by kind (``/healthz``); ``over_limit``: reports refused for the limit on metric names."""
+    over_limit_until: dict[int, float] = field(default_factory=dict)
+    """Jobs whose last report was refused for the limit on metric names, and until when their next ones
+    are answered 429 before their bodies are read (a client that floods refused reports costs little)."""
     progress: RecentProgress = field(default_factory=RecentProgress)
     """Recent progress samples of live jobs, for their ETA."""
     views: CompactViews = field(default_factory=CompactViews)

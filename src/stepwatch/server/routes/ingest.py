@@ -32,12 +32,13 @@ async def report(request: Request) -> JSONResponse:
     """``POST /api/v1/namespaces/{namespace}/jobs/{name}/reports``: one rank's report."""
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
     await authorize(request, job)
+    svc = services(request)
+    _not_held_back(svc, job)
     data = await read_json(request)
     try:
         parsed = Report.from_dict(data)
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
-    svc = services(request)
     _within_limit(svc, job, (w.name for w in parsed.metrics))
     now = svc.clock()
     estimate = None
@@ -111,7 +112,29 @@ def _within_limit(svc: Services, job: Job, names: Iterable[str]) -> None:
 
 def _over_limit(svc: Services, exc: MetricLimitError) -> ApiError:
     svc.stats["over_limit"] += 1
+    held = svc.over_limit_until
+    if len(held) > 10_000:  # bounded: forgetting only lets a job's next report be read
+        held.clear()
+    held[exc.job_id] = svc.clock() + HOLD_BACK_S
     return ApiError(422, str(exc), "metrics")
+
+
+HOLD_BACK_S = 1.0
+"""After a report refused for the limit on metric names, the job's reports are answered 429
+(``Retry-After: 1``) for this long without reading them: the report core keeps them and retries."""
+
+
+def _not_held_back(svc: Services, job: Job) -> None:
+    until = svc.over_limit_until.get(job.id)
+    if until is None:
+        return
+    if svc.clock() < until:
+        raise ApiError(
+            429,
+            f"job {job.key}'s last report was refused for the limit on metric names; retry after 1 s",
+            headers={"Retry-After": "1"},
+        )
+    del svc.over_limit_until[job.id]
 
 
 async def _estimate(

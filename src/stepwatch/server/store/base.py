@@ -62,6 +62,10 @@ class MetricLimitError(StoreError):
     """A report would give its job more distinct metric names than :attr:`Store.max_metric_names`:
     the caller's fault (a 422); nothing of the report is stored, what the job had is kept."""
 
+    def __init__(self, message: str, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
 
 @dataclass(frozen=True)
 class Job:

@@ -29,7 +29,8 @@ def check_metric_names(job: Job, known: Collection[str], names: Iterable[str], l
         raise MetricLimitError(
             f"job {job.key} has {len(known)} distinct metric names and this report adds {len(new)} new ones "
             f"({shown}{', ...' if len(new) > 3 else ''}): the limit is {limit} per job (STEPWATCH_MAX_METRIC_NAMES); "
-            "reports of the names it has are still accepted"
+            "reports of the names it has are still accepted",
+            job.id,
         )
 
 
