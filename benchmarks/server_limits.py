@@ -119,9 +119,10 @@ class Http:
 class Server:
     """``python -m stepwatch server`` from a source tree, on a free port, with a fresh database."""
 
-    def __init__(self, src: Path, workdir: Path) -> None:
+    def __init__(self, src: Path, workdir: Path, settings: dict[str, str] | None = None) -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+        env.update(settings or {})
         env["PYTHONPATH"] = str(src)
         cmd = [sys.executable, "-m", "stepwatch", "server", "--port", str(self.port), "--db", str(workdir / "sw.db")]
         self.log = open(workdir / "server.log", "ab")  # noqa: SIM115 - closed in stop()
@@ -238,9 +239,19 @@ def run_variant(label: str, src: Path, cfg: argparse.Namespace) -> dict[str, Any
     return result
 
 
-def with_server(src: Path, label: str, phase: Any) -> None:
+RAISED = {"STEPWATCH_LIVE_STREAMS": "100000", "STEPWATCH_LIVE_STREAMS_PER_CLIENT": "100000"}
+"""The stream limits lifted: what the memory of many streams comes to, and how much goes back (item 11)."""
+
+
+def run_raised(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {"variant": "after, stream limits lifted"}
+    with_server(src, "raised", lambda server: streams_attack(server, cfg, result), RAISED)
+    return result
+
+
+def with_server(src: Path, label: str, phase: Any, settings: dict[str, str] | None = None) -> None:
     workdir = Path(tempfile.mkdtemp(prefix=f"sw-limits-{label.split(maxsplit=1)[0]}-"))
-    server = Server(src, workdir)
+    server = Server(src, workdir, settings)
     try:
         phase(server)
     finally:
@@ -330,6 +341,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
             cells.append(fmt.format(*values) if all(v is not None for v in values) else "-")
         print(f"| {title} | {' | '.join(cells)} |")
     for r in results:
+        if "attack_report_ms" not in r:
+            continue
         a = r["attack_report_ms"] / r["idle_report_ms"]
         s = r["streams_report_ms"] / r["idle2_report_ms"]
         print(
@@ -344,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=3000, help="live streams to open")
     parser.add_argument("--baseline-ref", default="main", help="git ref of the 'before' server ('' for none)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
+    parser.add_argument("--lifted", action="store_true", help="also the streams with their limits lifted (item 11)")
     parser.add_argument("--child-attack", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-streams", nargs=2, help=argparse.SUPPRESS)
     cfg = parser.parse_args(argv)
@@ -364,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(before.parent, ignore_errors=True)
     results.append(run_variant("after", REPO / "src", cfg))
+    if cfg.lifted:
+        results.append(run_raised(REPO / "src", cfg))
     print_table(results)
     if cfg.json:
         Path(cfg.json).write_text(json.dumps(results, indent=2))
