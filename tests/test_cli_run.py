@@ -339,3 +339,28 @@ def test_a_policy_checkpoints_and_stops_a_diverging_job(server: str, tmp_path: P
     kinds = [e["kind"] for e in events]
     assert kinds.index("health") < kinds.index("policy") < kinds.index("command") < kinds.index("stopped")
     assert "grace period over" not in done.stderr  # it stopped by itself
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_kill_after(server: str) -> None:
+    """The runner gets SIGTERM (a service manager, a cluster stopping it); the job ignores it: the runner
+    SIGKILLs the job's group --kill-after seconds later instead of waiting for it without limit."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "run", "--server", server, "--name", "deaf", "--kill-after", "1", "--",
+         sys.executable, "-c",
+         "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+         "while True: time.sleep(0.1)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"  # SIGTERM is ignored from here on
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail("the runner waited for a job that ignores SIGTERM without limit")
+    assert process.returncode == 137  # 128 + SIGKILL: the job was killed
+    assert "1 s after SIGTERM; killing its process group" in err
+    assert "killed by SIGKILL" in err or "stopped" in err

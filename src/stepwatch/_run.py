@@ -581,6 +581,45 @@ def _after_fork_in_child() -> None:
     _current = None
 
 
+_in_sigterm = False
+"""The SIGTERM handler is running (a second SIGTERM returns at once instead of entering it again)."""
+
+
+def _flush_on_sigterm() -> None:
+    """Send every run's final report (``stopped``), waiting at most the longest flush timeout.
+
+    A signal handler runs in the main thread between two of its bytecodes, which may be inside a
+    lock: an ``Event``'s while ``finish()`` waits for its flush, the logging module's while it logs.
+    Waiting on one of those here would never end. So the finishing happens in a thread of its own
+    (started with ``_thread``, which takes no lock of ``threading``), and this handler only polls
+    plain flags (:attr:`Sender.finished`) until they are set or the time is up.
+    """
+    import _thread
+
+    runs = list(_ACTIVE)
+    found = [run._sender for run in runs] + list(_FINISHING.values())
+    senders = [s for s in found if s is not None and s.alive]
+    if not senders:
+        return
+    timeout = max(run._flush_timeout for run in runs + list(_FINISHING))
+
+    def finish_all() -> None:
+        for run in runs:
+            try:
+                run.finish("stopped", "SIGTERM")
+            except Exception:
+                pass
+
+    if runs:
+        try:
+            _thread.start_new_thread(finish_all, ())
+        except RuntimeError:  # no thread to spare: the process ends without its final report
+            return
+    deadline = time.monotonic() + timeout + 1.0
+    while time.monotonic() < deadline and not all(s.finished for s in senders):
+        time.sleep(0.005)
+
+
 def _install_sigterm() -> None:
     import signal
 
@@ -594,13 +633,14 @@ def _install_sigterm() -> None:
         return
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        for run in list(_ACTIVE):
-            try:
-                run.finish("stopped", "SIGTERM")
-            except Exception:
-                pass
-        for run, sender in list(_FINISHING.items()):  # finish() was already under way
-            sender.wait_done(run._flush_timeout + 0.5)
+        global _in_sigterm
+        if _in_sigterm:  # a SIGTERM during the first one's final flush: that one is on its way out
+            return
+        _in_sigterm = True
+        try:
+            _flush_on_sigterm()
+        finally:
+            _in_sigterm = False
         if callable(previous):
             previous(signum, frame)
             return

@@ -6,6 +6,10 @@ switched off with one warning. Retries back off exponentially with jitter, honou
 Retry-After``, re-read a rotating token file after ``401``/``403``, and drop a report the server
 will never accept (other ``4xx``). :meth:`Sender.flush` sends the final state and waits for it, bounded
 by a timeout; it is what ``finish()``, interpreter exit and SIGTERM call.
+
+A reporter that never gets through (a server answering 500, a wrong CA, nothing listening) says so:
+one warning once ``warn_after`` seconds have passed without any report accepted, and at the flush
+one line of what was not delivered. Never more than those two lines.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class Sender:
         user_agent: str = "stepwatch",
         registration: Callable[[], tuple[str, bytes]] | None = None,
         min_gap: float = 0.0,
+        warn_after: float = 30.0,
     ) -> None:
         self.wire = wire
         self.transport = transport
@@ -70,6 +75,12 @@ class Sender:
         self._user_agent = user_agent
         self._registration = registration if token.missing else None
         self._min_gap = min_gap
+        self._warn_after = warn_after
+        self._accepted_at: float | None = None
+        """When a report was last accepted (``None``: since the start, none)."""
+        self._started_at = 0.0
+        self.failures = 0
+        """Requests that failed (no answer, 5xx, 404, 408, 429, a refused token), for the summary."""
         self._last_request = -1e18
         self._not_before = 0.0
         """Set by Retry-After: no request before this, the final flush included."""
@@ -87,6 +98,9 @@ class Sender:
         self._warned: set[str] = set()
         self.sent = 0
         """Bodies the server accepted."""
+        self.finished = False
+        """The thread has ended (its final flush done or given up): a plain flag, read without a lock
+        by the SIGTERM handler, which must not wait on an ``Event`` the code it interrupted may hold."""
         self.last_error: str | None = None
         """The last reason a request failed, for diagnostics."""
 
@@ -121,18 +135,22 @@ class Sender:
         rejected_before = self.rejected
         self._stop.set()
         self._wake.set()
-        delivered = self._done.wait(timeout + 0.5)
-        if not delivered:
-            _log.warning(
-                "stepwatch: the final report was not delivered within %.1f s (%s)",
-                timeout,
-                self.last_error or "no answer",
-            )
-        return delivered and self.wire.pending() is None and self.rejected == rejected_before
+        delivered = self._done.wait(timeout + 0.5) and self.wire.pending() is None
+        if not delivered or self.rejected:
+            self._summary(delivered, timeout)
+        return delivered and self.rejected == rejected_before
 
-    def wait_done(self, timeout: float) -> bool:
-        """Wait for the thread to finish its final flush (a SIGTERM during ``finish()`` does)."""
-        return self._done.wait(timeout)
+    def _summary(self, delivered: bool, timeout: float) -> None:
+        """One line of what did not reach the server (said at the flush, when something did not)."""
+        parts = [f"{self.sent} report(s) accepted"]
+        if self.rejected:
+            parts.append(f"{self.rejected} refused by the server and dropped")
+        if self.failures:
+            parts.append(f"{self.failures} failed request(s)")
+        if not delivered:
+            parts.append(f"the final report not delivered within {timeout:.1f} s")
+        last = f" (last error: {self.last_error})" if self.last_error else ""
+        _log.warning("stepwatch: not everything reached %s: %s%s", self.wire.url, ", ".join(parts), last)
 
     def abandon(self) -> None:
         """Stop without sending (a forked child, a disabled run)."""
@@ -143,7 +161,7 @@ class Sender:
     # ----------------------------------------------------------------------------------------- loop
 
     def _loop(self) -> None:
-        self._next_report = self._clock()  # the first report goes out at once: the job appears
+        self._next_report = self._started_at = self._clock()  # the first report goes out at once: the job appears
         while True:
             now = self._clock()
             due = self._next_report
@@ -160,6 +178,7 @@ class Sender:
                 self._cycle()
             except Exception as exc:  # never let one bad cycle end the thread
                 self._warn_once("cycle", "stepwatch: a reporting cycle failed (%s); going on", exc)
+        self.finished = True
         self._done.set()
         try:
             self.transport.close()
@@ -287,6 +306,7 @@ class Sender:
             self._failures = 0
             self._retry_at = 0.0
             self.sent += 1
+            self._accepted_at = self._clock()
             for command in self.wire.accepted(response.body):
                 self._on_command(command)
             return True
@@ -309,12 +329,16 @@ class Sender:
             )
             self.wire.rejected()
             self.rejected += 1
+            self.last_error = f"report refused ({status}){detail}"
+            self._warn_if_silent()
             return True
         return False
 
     def _failed(self, why: str, retry_after: float | None = None) -> None:
         self.last_error = why
         self._failures += 1
+        self.failures += 1
+        self._warn_if_silent()
         delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** min(self._failures - 1, 10))
         delay *= 0.5 + 0.5 * self._random()
         now = self._clock()
@@ -325,6 +349,20 @@ class Sender:
         self._retry_at = now + delay
         if self._failures == 1:
             _log.info("stepwatch: %s; retrying in %.1f s", why, delay)
+
+    def _warn_if_silent(self) -> None:
+        """Warn once when nothing was accepted for ``warn_after`` seconds (since the start, or the last success)."""
+        since = self._accepted_at if self._accepted_at is not None else self._started_at
+        silent = self._clock() - since
+        if silent >= self._warn_after:
+            self._warn_once(
+                "silent",
+                "stepwatch: nothing sent to %s was accepted for %.0f s (last error: %s); training goes on, "
+                "reports are kept and retried",
+                self.wire.url,
+                silent,
+                self.last_error,
+            )
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:

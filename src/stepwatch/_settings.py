@@ -102,6 +102,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         _positive_float,
         "Timeout of one HTTP request of the sender thread.",
     ),
+    Setting(
+        "warn_after",
+        ("STEPWATCH_WARN_AFTER",),
+        30.0,
+        _positive_float,
+        "Seconds without any report accepted after which the sender warns once (nothing gets through).",
+    ),
     Setting("disabled", ("STEPWATCH_DISABLED",), False, _flag, "Turn reporting off whatever else is set."),
     Setting(
         "handle_sigterm",
@@ -135,6 +142,7 @@ class ResolvedSettings:
     interval: float
     flush_timeout: float
     request_timeout: float
+    warn_after: float
     disabled: bool
     handle_sigterm: bool
     autoinstrument: bool

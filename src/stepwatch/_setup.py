@@ -125,6 +125,7 @@ def make_sender(
         token=TokenSource(settings.token, settings.token_file),
         interval=interval,
         request_timeout=settings.request_timeout,
+        warn_after=settings.warn_after,
         user_agent=f"stepwatch/{__version__} python/{sys.version_info[0]}.{sys.version_info[1]}",
         registration=registration,
         min_gap=LIMITS.min_kubeflow_interval_s if plan.mode == "kubeflow" else 0.0,

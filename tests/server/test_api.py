@@ -1056,7 +1056,7 @@ def test_a_token_of_another_job_writes_nothing(api: Any, make_report: Callable[.
     assert api.history("job-b") == {}
     assert [e["kind"] for e in api.events("job-b")] == ["registered"]
     stats = api.client.get("/healthz").json()["stats"]
-    assert stats == {"reports": 0, "duplicates": 0, "statuses": 0}
+    assert stats == {"reports": 0, "duplicates": 0, "statuses": 0, "over_limit": 0}
 
 
 def test_non_finite_register_params_are_rejected_and_do_not_poison_reads(api: Any) -> None:
@@ -1157,7 +1157,7 @@ def test_a_repeated_report_is_stored_once_and_answered_again(
     assert len(api.history("retry")["loss"]) == 1
     assert api.job("retry")["times"]["last_report"] == api.clock.now - 5
     assert [e["kind"] for e in api.events("retry")] == ["registered", "command", "running"]
-    assert api.client.get("/healthz").json()["stats"] == {"reports": 1, "duplicates": 1, "statuses": 0}
+    assert api.client.get("/healthz").json()["stats"] == {"reports": 1, "duplicates": 1, "statuses": 0, "over_limit": 0}
     # the same seq from another run (a restarted process) or another rank is a new report
     api.report_ok("retry", token, make_report(1, 11, {"loss": 0.4}, run_id="run-2", sent_at=1_800_000_100.0))
     assert len(api.history("retry")["loss"]) == 2

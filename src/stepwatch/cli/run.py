@@ -4,7 +4,8 @@ The runner registers the job (starting a background server when none answers loc
 so), gives the command the environment the report core reads (and, on its ``PYTHONPATH``, the
 auto-instrumentation hook that gives framework trainers stepwatch's callback), starts it in its own process group
 (``torchrun`` and its workers included), passes its output through unchanged, forwards Ctrl-C and
-SIGTERM, enforces ``stepwatch stop`` (the job gets a grace period to checkpoint and stop by itself,
+SIGTERM (a job still there ``--kill-after`` seconds after a SIGTERM is killed: the runner never waits
+without limit), enforces ``stepwatch stop`` (the job gets a grace period to checkpoint and stop by itself,
 then its group is terminated, then killed), and records how it ended: finished, failed (with the
 exit code or signal) or stopped. Its own exit code is the command's.
 """
@@ -29,7 +30,6 @@ from .policy import add_policy_flags, policy_from_args
 __all__ = ["job_name_for", "register", "run"]
 
 _POLL_S = 1.0
-_KILL_AFTER_TERM_S = 10.0
 
 
 def register(commands: Any) -> None:
@@ -61,6 +61,14 @@ def register(commands: Any) -> None:
         default=60.0,
         metavar="SECONDS",
         help="time to checkpoint and stop after `stepwatch stop`",
+    )
+    parser.add_argument(
+        "--kill-after",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="after a SIGTERM (to the runner, or at the end of --grace), kill the job's process group if it is "
+        "still there this long after",
     )
     add_policy_flags(parser, dry_run_flag="--policy-dry-run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
@@ -141,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"stepwatch run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         _record(client, name, namespace, token, "failed", None, f"could not start: {exc.strerror or exc}")
         return 127
-    supervisor = _Supervisor(process, client, name, namespace, token, args.grace)
+    supervisor = _Supervisor(process, client, name, namespace, token, args.grace, kill_after=args.kill_after)
     return supervisor.supervise()
 
 
@@ -168,7 +176,15 @@ class _Supervisor:
     """Waits for the process group, forwards signals, enforces stop requests, records the outcome."""
 
     def __init__(
-        self, process: subprocess.Popen[bytes], client: Any, name: str, namespace: str, token: str, grace: float
+        self,
+        process: subprocess.Popen[bytes],
+        client: Any,
+        name: str,
+        namespace: str,
+        token: str,
+        grace: float,
+        *,
+        kill_after: float = 10.0,
     ):
         self.process = process
         self.client = client
@@ -180,6 +196,8 @@ class _Supervisor:
         self.stop_deadline: float | None = None
         self.terminated_at: float | None = None
         self.interrupts = 0
+        self.kill_after = kill_after
+        """Seconds from a SIGTERM to the job's group until its SIGKILL."""
         self.server_warned = False
         self.last_event = 0
 
@@ -238,6 +256,8 @@ class _Supervisor:
             os.killpg(self.process.pid, sig)
         except ProcessLookupError:
             pass
+        if signum == signal.SIGTERM and self.terminated_at is None:  # the kill-after clock starts
+            self.terminated_at = time.monotonic()
 
     def _check_commands(self) -> None:
         """Look for a stop request among the job's new events (acknowledged by the job or not)."""
@@ -270,7 +290,13 @@ class _Supervisor:
             print("stepwatch: grace period over; terminating the job", file=sys.stderr, flush=True)
             self.terminated_at = now
             _killpg(self.process.pid, signal.SIGTERM)
-        elif self.terminated_at is not None and now >= self.terminated_at + _KILL_AFTER_TERM_S:
+        elif self.terminated_at is not None and now >= self.terminated_at + self.kill_after:
+            print(
+                f"stepwatch: the job is still there {self.kill_after:g} s after SIGTERM; killing its process group",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.terminated_at = now  # again after as long, should SIGKILL not be the end of it
             _killpg(self.process.pid, signal.SIGKILL)
 
 

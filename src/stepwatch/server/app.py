@@ -61,6 +61,12 @@ async def _cancel(*tasks: asyncio.Task[None] | None) -> None:
                 await task
 
 
+def _limited(store: Store, settings: ServerSettings) -> Store:
+    """The store, holding the limits the settings give it."""
+    store.max_metric_names = settings.max_metric_names
+    return store
+
+
 def create_app(
     settings: ServerSettings | None = None,
     *,
@@ -79,10 +85,16 @@ def create_app(
         raise ValueError(problem)
     owned = store is None
     primary = worker is None or worker.primary
-    the_store = store if store is not None else open_store(settings, shared=worker is not None and worker.count > 1)
+    the_store = _limited(
+        store if store is not None else open_store(settings, shared=worker is not None and worker.count > 1), settings
+    )
     services = Services(
         store=the_store,
-        live=Broadcaster(),
+        live=Broadcaster(
+            ring_bytes=settings.live_ring_bytes,
+            max_streams=settings.live_streams,
+            max_per_client=settings.live_streams_per_client,
+        ),
         clock=clock,
         prices=settings.price_list(),
         health=HealthMonitor(settings.health_params()),

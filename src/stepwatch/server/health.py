@@ -366,7 +366,7 @@ async def record(update: HealthUpdate, store: Store, live: Broadcaster, offload:
     job: Job = await offload(
         store.set_health, update.job.id, update.verdict.state, update.verdict.since, update.verdict.evidence, now
     )
-    live.publish("job", job.namespace, job.name, {"job": job_view(job, now)})
+    live.publish("job", job.namespace, job.name, {"job": job_view(job, now, compact=True)})
     publish_event(update, live, now)
     return job
 

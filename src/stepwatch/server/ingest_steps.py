@@ -77,7 +77,7 @@ async def after_ingest(
         svc.progress.forget(job.id)
     job, update = await health.assess(svc.health, svc.store, blocking, result, rank, step, total_steps, now, gpus)
     job = await review(svc, job, now)
-    svc.live.publish("job", job.namespace, job.name, {"job": job_view(job, now)})
+    svc.live.publish("job", job.namespace, job.name, {"job": job_view(job, now, compact=True)})
     if result.new_points:
         points: dict[str, Any] = {
             w.name: {

@@ -1,9 +1,11 @@
 """Live updates: an in-process broadcaster behind ``GET /api/v1/events`` (server-sent events).
 
 Every change (a job's new state or progress, new metric points, events) is published once with a
-growing id; each subscriber has a bounded queue (a slow reader loses its oldest updates and is told
-so with a ``resync`` message, instead of holding memory); a reconnecting client sends
-``Last-Event-ID`` and gets what it missed from a ring of recent updates.
+growing id, and written as server-sent-event text once: every subscriber's queue and the ring hold
+that same text, never a copy. Each subscriber has a bounded queue (a slow reader loses its oldest
+updates and is told so with a ``resync`` message, instead of holding memory); a reconnecting client
+sends ``Last-Event-ID`` and gets what it missed from a ring of recent updates, bounded in count and
+in bytes. Streams are limited in all and per client (:class:`TooManyStreams`, a 429 at the route).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import itertools
 import json
 import logging
 import time
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Broadcaster", "Update"]
+from .memory import release_memory_soon
+
+__all__ = ["Broadcaster", "TooManyStreams", "Update"]
 
 _log = logging.getLogger("stepwatch.server")
 
@@ -32,25 +37,54 @@ class Update:
     namespace: str
     name: str
     data: dict[str, Any]
+    text: str = field(default="", compare=False, repr=False)
+    """The update as a server-sent event (written once, by :meth:`Broadcaster.publish`)."""
 
     def sse(self) -> str:
         """The update as a server-sent event."""
+        if self.text:
+            return self.text
         payload = json.dumps({"namespace": self.namespace, "name": self.name, **self.data}, separators=(",", ":"))
         return f"id: {self.id}\nevent: {self.kind}\ndata: {payload}\n\n"
 
 
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """What the ring and the queues keep of an update: whom it is for and its text (not its data)."""
+
+    id: int
+    namespace: str
+    name: str
+    text: str
+
+
+class TooManyStreams(Exception):
+    """A live stream over a limit (in all, or of one client): answered 429 with ``Retry-After``."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
 class _Subscriber:
     def __init__(
-        self, namespace: str | None, name: str | None, size: int, allowed: frozenset[str] | None = None
+        self,
+        namespace: str | None,
+        name: str | None,
+        size: int,
+        allowed: frozenset[str] | None = None,
+        client: str | None = None,
     ) -> None:
         self.namespace = namespace
         self.name = name
         self.allowed = allowed
-        self.queue: deque[Update] = deque(maxlen=size)
+        self.client = client
+        self.queue: deque[_Sent] = deque(maxlen=size)
         self.lost = False
         self.ready = asyncio.Event()
 
-    def wants(self, update: Update) -> bool:
+    def wants(self, update: Update | _Sent) -> bool:
         return (
             (self.namespace is None or update.namespace == self.namespace)
             and (self.name is None or update.name == self.name)
@@ -62,16 +96,31 @@ class Broadcaster:
     """Publishes updates to every interested subscriber, without ever blocking the publisher."""
 
     def __init__(
-        self, history: int = 2048, queue_size: int = 1024, heartbeat: float = 15.0, first_id: int | None = None
+        self,
+        history: int = 2048,
+        queue_size: int = 1024,
+        heartbeat: float = 15.0,
+        first_id: int | None = None,
+        *,
+        ring_bytes: int = 8 * 1024 * 1024,
+        max_streams: int = 512,
+        max_per_client: int = 32,
     ) -> None:
         # ids start at the boot time in microseconds (not at 1): a client resuming after a restart with
         # an id of the server's earlier life then holds an id below this life's first, and is told to
         # resync, even when this life has already published more updates than the earlier one had
         self.first_id = time.time_ns() // 1000 if first_id is None else first_id
         self._ids = itertools.count(self.first_id)
-        self._recent: deque[Update] = deque(maxlen=history)
+        self._recent: deque[_Sent] = deque(maxlen=history)
+        self._recent_bytes = 0
+        self.ring_bytes = ring_bytes
+        """The most the ring's texts hold in all (the oldest go first)."""
+        self.max_streams = max_streams
+        self.max_per_client = max_per_client
+        self._per_client: dict[str, int] = {}
         self._subscribers: set[_Subscriber] = set()
         self._queue_size = queue_size
+        self._peak = 0
         self.heartbeat = heartbeat
         self.relays: list[Callable[[Update], None]] = []
         """Called with every update published here (not with those relayed from elsewhere): the
@@ -89,21 +138,40 @@ class Broadcaster:
 
         ``relayed``: the update was published by another replica (it is not relayed again).
         """
-        update = Update(next(self._ids), kind, namespace, name, data)
+        uid = next(self._ids)
+        payload = json.dumps({"namespace": namespace, "name": name, **data}, separators=(",", ":"))
+        text = f"id: {uid}\nevent: {kind}\ndata: {payload}\n\n"
+        update = Update(uid, kind, namespace, name, data, text)
         if not relayed:
             for relay in self.relays:
                 try:
                     relay(update)
                 except Exception:
                     _log.exception("relaying a live update failed")
-        self._recent.append(update)
+        sent = _Sent(uid, namespace, name, text)
+        self._remember(sent)
         for sub in self._subscribers:
-            if sub.wants(update):
+            if sub.wants(sent):
                 if len(sub.queue) == sub.queue.maxlen:
                     sub.lost = True
-                sub.queue.append(update)
+                sub.queue.append(sent)
                 sub.ready.set()
         return update
+
+    def _remember(self, sent: _Sent) -> None:
+        """Keep an update in the ring, the oldest leaving first when it is full in count or in bytes."""
+        recent = self._recent
+        if len(recent) == recent.maxlen:
+            self._recent_bytes -= len(recent[0].text)
+        recent.append(sent)
+        self._recent_bytes += len(sent.text)
+        while self._recent_bytes > self.ring_bytes and len(recent) > 1:
+            self._recent_bytes -= len(recent.popleft().text)
+
+    @property
+    def ring_size(self) -> tuple[int, int]:
+        """The ring of recent updates: how many, and their bytes of text."""
+        return len(self._recent), self._recent_bytes
 
     def resumed(self) -> None:
         """Updates from elsewhere come in again after a time without them: the ring missed some."""
@@ -120,19 +188,54 @@ class Broadcaster:
         """How many streams are open."""
         return len(self._subscribers)
 
-    async def stream(
+    def stream(
         self,
         namespace: str | None = None,
         name: str | None = None,
         last_event_id: int | None = None,
         allowed: frozenset[str] | None = None,
-    ) -> AsyncIterator[str]:
+        client: str | None = None,
+    ) -> AsyncGenerator[str, None]:
         """Server-sent events for one client: missed updates first, then live ones, with heartbeats.
-        ``allowed``: only updates of these namespaces (what the client may read; ``None``: all)."""
-        sub = _Subscriber(namespace, name, self._queue_size, allowed)
+        ``allowed``: only updates of these namespaces (what the client may read; ``None``: all).
+        ``client``: who opens it (a token, a user, an address), for the limit per client.
+
+        The stream is counted from this call (:class:`TooManyStreams` when over a limit) until it
+        ends, or is dropped without ever being read."""
+        if len(self._subscribers) >= self.max_streams:
+            raise TooManyStreams(f"the server has {self.max_streams} live streams open, its limit", 30)
+        if client is not None and self._per_client.get(client, 0) >= self.max_per_client:
+            raise TooManyStreams(
+                f"this client has {self.max_per_client} live streams open, the limit per client; close one", 10
+            )
+        sub = _Subscriber(namespace, name, self._queue_size, allowed, client)
         self._subscribers.add(sub)
+        if client is not None:
+            self._per_client[client] = self._per_client.get(client, 0) + 1
+        self._peak = max(self._peak, len(self._subscribers))
         if len(self._subscribers) == 1:
             self._tell_watchers(True)
+        stream = self._serve(sub, last_event_id)
+        weakref.finalize(stream, self._close, sub)  # never read (the client left at once): counted off all the same
+        return stream
+
+    def _close(self, sub: _Subscriber) -> None:
+        if sub not in self._subscribers:
+            return
+        self._subscribers.discard(sub)
+        if sub.client is not None:
+            left = self._per_client.pop(sub.client) - 1
+            if left:
+                self._per_client[sub.client] = left
+        sub.queue.clear()
+        if not self._subscribers:
+            self._tell_watchers(False)
+        if self._peak >= 64 and len(self._subscribers) <= self._peak // 4:
+            # most of many streams went, with their connections' buffers: give that memory back to the system
+            self._peak = len(self._subscribers)
+            release_memory_soon()
+
+    async def _serve(self, sub: _Subscriber, last_event_id: int | None) -> AsyncGenerator[str, None]:
         try:
             yield "retry: 2000\n\n"
             if last_event_id is not None:
@@ -141,8 +244,8 @@ class Broadcaster:
                     yield 'event: resync\ndata: {"reason":"the server restarted; read the state again"}\n\n'
                 elif (self._recent and self._recent[0].id > last_event_id + 1) or last_event_id < self.complete_from:
                     yield 'event: resync\ndata: {"reason":"updates were missed; read the state again"}\n\n'
-                for update in missed:
-                    yield update.sse()
+                for sent in missed:
+                    yield sent.text
             while True:
                 try:
                     await asyncio.wait_for(sub.ready.wait(), timeout=self.heartbeat)
@@ -155,11 +258,9 @@ class Broadcaster:
                         sub.lost = False
                         yield 'event: resync\ndata: {"reason":"this client was too slow; read the state again"}\n\n'
                         continue
-                    yield sub.queue.popleft().sse()
+                    yield sub.queue.popleft().text
         finally:
-            self._subscribers.discard(sub)
-            if not self._subscribers:
-                self._tell_watchers(False)
+            self._close(sub)
 
     def _tell_watchers(self, streaming: bool) -> None:
         for watcher in self.watchers:

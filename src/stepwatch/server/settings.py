@@ -130,6 +130,16 @@ def _quota(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"a whole number of at least 1, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"a whole number of at least 1, got {value}")
+    return value
+
+
 def _flag(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -290,6 +300,36 @@ SERVER_SETTINGS: tuple[_Setting, ...] = (
         30.0,
         _seconds,
         "a request body (at most 64 KiB) must arrive within this long, else 408 and the connection is closed",
+    ),
+    # limits on what one client can grow (docs/auth.md, "Limits")
+    _Setting(
+        "max_metric_names",
+        "STEPWATCH_MAX_METRIC_NAMES",
+        1024,
+        _count,
+        "distinct metric names one job may have; a report that would add more is refused whole (422)",
+    ),
+    _Setting(
+        "live_streams_per_client",
+        "STEPWATCH_LIVE_STREAMS_PER_CLIENT",
+        32,
+        _count,
+        "live streams (GET /api/v1/events) open at once per token, user or, without auth, client address "
+        "(beyond: 429 with Retry-After)",
+    ),
+    _Setting(
+        "live_streams",
+        "STEPWATCH_LIVE_STREAMS",
+        512,
+        _count,
+        "live streams open at once in all, per server process (beyond: 429 with Retry-After)",
+    ),
+    _Setting(
+        "live_ring_bytes",
+        "STEPWATCH_LIVE_RING_BYTES",
+        8 * 1024 * 1024,
+        _count,
+        "bytes of recent live updates kept for clients that reconnect with Last-Event-ID",
     ),
     _Setting(
         "k8s_runner",
@@ -472,6 +512,10 @@ class ServerSettings:
     retention_sweep_s: float = 600.0
     head_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    max_metric_names: int = 1024
+    live_streams_per_client: int = 32
+    live_streams: int = 512
+    live_ring_bytes: int = 8 * 1024 * 1024
     gpu_prices: dict[str, float] | None = None
     namespace_prices: dict[str, float] | None = None
     notify: str | None = None

@@ -10,6 +10,7 @@ from .analysis.cost import Cost, job_cost
 from .store import Job
 
 __all__ = [
+    "COMPACT_METRICS",
     "LIST_COLUMNS",
     "WASTEFUL_HEALTH",
     "CompactViews",
@@ -204,14 +205,21 @@ def cost_view(job: Job, now: float, remaining: float | None) -> dict[str, Any]:
     return {**cost_of(job, now, remaining).to_dict(), "saved": saved_by_policy(job)}
 
 
+COMPACT_METRICS = 64
+"""The most latest values a compact view carries (a job may have 1,024 metric names; lists and the
+live stream's job updates would carry them all each time): losses first, then by name."""
+
+
 def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
-    """The JSON object of a job; ``compact`` (lists) leaves out params and the Kubeflow-shaped copy."""
+    """The JSON object of a job; ``compact`` (lists, the live stream) leaves out params and the
+    Kubeflow-shaped copy, and carries at most :data:`COMPACT_METRICS` latest values."""
     percent = progress_percent(job)
     eta = eta_view(job, now)
     remaining = eta["remaining_seconds"]
     end = job.finished_at if job.finished_at is not None else now
     elapsed = end - job.started_at if job.started_at is not None else None
-    metrics = {k: json_float(v) for k, v in sorted(job.last_metrics.items())}
+    shown = _fewer(job.last_metrics) if compact else job.last_metrics
+    metrics = {k: json_float(v) for k, v in sorted(shown.items())}
     view = {
         "namespace": job.namespace,
         "name": job.name,
@@ -393,6 +401,13 @@ class CompactViews:
             if job.last_report_at is not None:
                 age_col[i] = now - job.last_report_at
         return columns
+
+
+def _fewer(values: dict[str, float]) -> dict[str, float]:
+    if len(values) <= COMPACT_METRICS:
+        return values
+    ranked = sorted(values, key=lambda name: ("loss" not in name.lower(), name))
+    return {name: values[name] for name in ranked[:COMPACT_METRICS]}
 
 
 def _metric_string(value: float) -> str:

@@ -24,7 +24,7 @@ from ..estimates import RecentProgress
 from ..health import HealthMonitor
 from ..live import Broadcaster
 from ..policies import PolicyBook, PolicyEngine
-from ..store import Job, Store, StoreError
+from ..store import Job, MetricLimitError, Store, StoreError
 from ..views import CompactViews
 from ..writer import ReportWriter
 
@@ -64,7 +64,13 @@ class Services:
     store: Store
     live: Broadcaster
     clock: Callable[[], float] = time.time
-    stats: dict[str, int] = field(default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0})
+    stats: dict[str, int] = field(
+        default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0, "over_limit": 0}
+    )
+    """Answers counted by kind (``/healthz``); ``over_limit``: reports refused for the limit on metric names."""
+    over_limit_until: dict[int, float] = field(default_factory=dict)
+    """Jobs whose last report was refused for the limit on metric names, and until when their next ones
+    are answered 429 before their bodies are read (a client that floods refused reports costs little)."""
     progress: RecentProgress = field(default_factory=RecentProgress)
     """Recent progress samples of live jobs, for their ETA."""
     views: CompactViews = field(default_factory=CompactViews)
@@ -146,6 +152,8 @@ def at_once(fn: Callable[[T], R]) -> Callable[[T], R]:
 
 
 def _unavailable(exc: StoreError) -> ApiError:
+    if isinstance(exc, MetricLimitError):  # the caller's fault, not the store's
+        return ApiError(422, str(exc), "metrics")
     return ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from starlette.requests import Request
@@ -14,8 +15,9 @@ from ..estimates import estimate_due
 from ..ingest_steps import after_ingest, apply_trainer_status, review
 from ..ingest_steps import estimate as estimate_eta
 from ..responses import FastJSONResponse
-from ..store import PendingReport
-from .common import blocking, decode_json, read_body, read_json, require_writer, services
+from ..store import Job, MetricLimitError, PendingReport
+from ..store.job_updates import check_metric_names
+from .common import Services, blocking, decode_json, read_body, read_json, require_writer, services
 from .pod_tokens import job_for_pod, pod_bearer
 
 __all__ = ["review", "routes"]
@@ -24,12 +26,14 @@ __all__ = ["review", "routes"]
 async def report(request: Request) -> JSONResponse:
     """``POST /api/v1/namespaces/{namespace}/jobs/{name}/reports``: one rank's report."""
     job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
+    svc = services(request)
+    _not_held_back(svc, job)
     data = await read_json(request)
     try:
         parsed = Report.from_dict(data)
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
-    svc = services(request)
+    _within_limit(svc, job, (w.name for w in parsed.metrics))
     now = svc.clock()
     estimate = None
     step = parsed.progress.step
@@ -38,7 +42,10 @@ async def report(request: Request) -> JSONResponse:
             job if parsed.progress.total_steps is None else replace(job, total_steps=parsed.progress.total_steps)
         )
         estimate = await estimate_eta(svc, with_totals, step, now)
-    result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
+    try:
+        result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
+    except MetricLimitError as exc:  # the store counts again under the job's lock (replicas, concurrent reports)
+        raise _over_limit(svc, exc) from None
     svc.stats["duplicates" if result.duplicate else "reports"] += 1
     commands = result.commands
     if not result.duplicate:
@@ -77,6 +84,43 @@ async def trainer_status(request: Request) -> JSONResponse:
     await apply_trainer_status(svc, job, status, svc.clock())
     svc.stats["statuses"] += 1
     return JSONResponse(status.to_body())  # upstream echoes the payload
+
+
+def _within_limit(svc: Services, job: Job, names: Iterable[str]) -> None:
+    """Refuse at once a report over the limit on metric names, by the job as the route found it: it may
+    hold fewer names than the store (never more), so this refuses nothing the store would take, and
+    spares the writer the reports it would refuse."""
+    try:
+        check_metric_names(job, job.last_metrics, names, svc.store.max_metric_names)
+    except MetricLimitError as exc:
+        raise _over_limit(svc, exc) from None
+
+
+def _over_limit(svc: Services, exc: MetricLimitError) -> ApiError:
+    svc.stats["over_limit"] += 1
+    held = svc.over_limit_until
+    if len(held) > 10_000:  # bounded: forgetting only lets a job's next report be read
+        held.clear()
+    held[exc.job_id] = svc.clock() + HOLD_BACK_S
+    return ApiError(422, str(exc), "metrics")
+
+
+HOLD_BACK_S = 1.0
+"""After a report refused for the limit on metric names, the job's reports are answered 429
+(``Retry-After: 1``) for this long without reading them: the report core keeps them and retries."""
+
+
+def _not_held_back(svc: Services, job: Job) -> None:
+    until = svc.over_limit_until.get(job.id)
+    if until is None:
+        return
+    if svc.clock() < until:
+        raise ApiError(
+            429,
+            f"job {job.key}'s last report was refused for the limit on metric names; retry after 1 s",
+            headers={"Retry-After": "1"},
+        )
+    del svc.over_limit_until[job.id]
 
 
 routes = [

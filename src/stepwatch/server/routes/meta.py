@@ -14,7 +14,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ...protocol import API_VERSION
+from ..auth import Identity
 from ..errors import ApiError
+from ..live import TooManyStreams
 from ..openapi import openapi_document
 from .common import blocking, check_name, identify, require, services
 
@@ -53,11 +55,24 @@ async def live_events(request: Request) -> StreamingResponse:
             raise ApiError(400, f"Last-Event-ID must be an event id (an integer), got {last[:40]!r}") from None
     readable = identity.readable()
     allowed = frozenset(readable) if readable is not None else None
-    stream = services(request).live.stream(namespace, job, last_id, allowed)
+    stream: AsyncIterator[str]
+    try:
+        stream = services(request).live.stream(namespace, job, last_id, allowed, _client(request, identity))
+    except TooManyStreams as exc:
+        raise ApiError(429, exc.message, headers={"Retry-After": str(exc.retry_after)}) from None
     if identity.token_id is not None:
         stream = _while_valid(request, stream)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+def _client(request: Request, identity: Identity) -> str:
+    """Who a stream counts against: its token, its user behind a proxy, else (no auth) its address."""
+    if identity.token_id is not None:
+        return f"token:{identity.token_id}"
+    if identity.who != "local":
+        return identity.who
+    return f"address:{request.client.host if request.client else ''}"
 
 
 async def _while_valid(request: Request, stream: AsyncIterator[str]) -> AsyncIterator[str]:

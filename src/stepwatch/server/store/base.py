@@ -31,6 +31,7 @@ __all__ = [
     "Job",
     "JobFilter",
     "JobState",
+    "MetricLimitError",
     "PendingReport",
     "ProgressSample",
     "RankState",
@@ -55,6 +56,15 @@ def health_change_is_event(old: str, new: str) -> bool:
 
 class StoreError(Exception):
     """The store cannot do what was asked (locked, full, corrupt database): not the caller's fault."""
+
+
+class MetricLimitError(StoreError):
+    """A report would give its job more distinct metric names than :attr:`Store.max_metric_names`:
+    the caller's fault (a 422); nothing of the report is stored, what the job had is kept."""
+
+    def __init__(self, message: str, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 @dataclass(frozen=True)
@@ -239,6 +249,10 @@ Called in whatever thread heard the change; it must be quick and must not raise.
 
 class Store(abc.ABC):
     """Where jobs, their history and their events live."""
+
+    max_metric_names: int = 1024
+    """Distinct metric names one job may have (the server sets it from ``STEPWATCH_MAX_METRIC_NAMES``):
+    every name costs a series, an entry in the job's latest values and in each view of the job."""
 
     def follow_changes(self, listener: ChangeListener) -> None:  # noqa: B027 - optional, not abstract
         """Tell ``listener`` which jobs other processes change (PostgreSQL replicas, the workers of one

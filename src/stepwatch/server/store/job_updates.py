@@ -11,13 +11,28 @@ is decided here, once.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ...protocol import MetricWindow, TrainerStatus, parse_rfc3339
-from .base import Job, PendingReport, ProgressSample
+from .base import Job, MetricLimitError, PendingReport, ProgressSample
 
-__all__ = ["UpstreamStatus", "report_updates", "upstream_status"]
+__all__ = ["UpstreamStatus", "check_metric_names", "report_updates", "upstream_status"]
+
+
+def check_metric_names(job: Job, known: Collection[str], names: Iterable[str], limit: int) -> None:
+    """Refuse (:class:`MetricLimitError`) a report whose ``names`` would take the job's distinct metric
+    names (``known``: its latest values' names, which hold every name it ever reported) over ``limit``."""
+    new = {n for n in names if n not in known}
+    if new and len(known) + len(new) > limit:
+        shown = ", ".join(repr(n) for n in sorted(new)[:3])
+        raise MetricLimitError(
+            f"job {job.key} has {len(known)} distinct metric names and this report adds {len(new)} new ones "
+            f"({shown}{', ...' if len(new) > 3 else ''}): the limit is {limit} per job (STEPWATCH_MAX_METRIC_NAMES); "
+            "reports of the names it has are still accepted",
+            job.id,
+        )
 
 
 def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[str, Any], ProgressSample | None]:
@@ -51,8 +66,11 @@ def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[st
             updates.update(trainer_status=None, reported_progress=None)
     if report.params is not None:  # params only grow: a run's later ones add to those it started with
         updates["params"] = {**job.params, **report.params}
-    if report.metrics and newest:  # a late report is history, not the latest values
-        updates["last_metrics"] = {**job.last_metrics, **{w.name: w.last for w in report.metrics}}
+    if report.metrics and (newest or any(w.name not in job.last_metrics for w in report.metrics)):
+        values = {w.name: w.last for w in report.metrics}
+        # a late report is history, not the latest values; the names it brings count all the same (the
+        # latest values hold every name a job has: the limit on names is counted from them)
+        updates["last_metrics"] = {**job.last_metrics, **values} if newest else {**values, **job.last_metrics}
     if report.metrics:
         updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
     return updates, sample

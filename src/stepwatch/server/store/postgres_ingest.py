@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ...protocol import Command, TrainerStatus
-from .base import IngestResult, Job, PendingReport, StoreError
-from .job_updates import report_updates, upstream_status
+from .base import IngestResult, Job, MetricLimitError, PendingReport, StoreError
+from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import JOB_COLUMNS, column_value, job_from_row
 
 if TYPE_CHECKING:
@@ -95,8 +95,9 @@ def write_reports(
     for job_id, command_id, kind, reason in commands.fetchall():
         pending[job_id].append(Command(id=command_id, kind=kind, reason=reason))
     changed: dict[int, dict[str, Any]] = {}
-    known = [item for item in batch if item.job.id in store._remembered]
     results: dict[int, IngestResult | StoreError] = {}
+    names: dict[int, set[str]] = {}
+    known = [item for item in batch if item.job.id in store._remembered and _within_limit(store, item, names, results)]
     if isolate:
         for item in known:
             results[id(item)] = _isolated(store, conn, item, pending, changed)
@@ -117,6 +118,24 @@ def write_reports(
         results.get(id(item)) or StoreError(f"the report of job {item.job.key} is not in the database")
         for item in batch
     ]
+
+
+def _within_limit(
+    store: PostgresStore, item: PendingReport, names: dict[int, set[str]], results: dict[int, IngestResult | StoreError]
+) -> bool:
+    """Whether a report keeps its job within the limit on metric names, counting the batch's reports
+    before it (``names``, by job; the job's row is locked: no other replica adds names meanwhile); else
+    its result is the refusal."""
+    job = store._remembered[item.job.id][0]
+    known = names.setdefault(job.id, set(job.last_metrics))
+    reported = [w.name for w in item.report.metrics]
+    try:
+        check_metric_names(job, known, reported, store.max_metric_names)
+    except MetricLimitError as exc:
+        results[id(item)] = exc
+        return False
+    known.update(reported)
+    return True
 
 
 def _isolated(
@@ -221,6 +240,7 @@ def write_status(store: PostgresStore, conn: Connection, job: Job, status: Train
     except KeyError:
         raise StoreError(f"job {job.key} is not in the database") from None
     read = upstream_status(job, status, now)
+    check_metric_names(job, job.last_metrics, (w.name for w in read.windows), store.max_metric_names)
     # each POST replaces the whole status upstream: every one is kept, none is a duplicate
     conn.execute(
         "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "

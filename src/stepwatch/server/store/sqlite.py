@@ -42,6 +42,7 @@ from .base import (
     IngestResult,
     Job,
     JobFilter,
+    MetricLimitError,
     PendingReport,
     ProgressSample,
     SeriesColumns,
@@ -557,6 +558,8 @@ class SQLiteStore(SqlStore):
                 before = self._remembered.get(item.job.id)
                 try:
                     results.append(write_report(self, conn, item))
+                except MetricLimitError as exc:  # before anything of it was written
+                    results.append(exc)
                 except (sqlite3.Error, KeyError) as exc:
                     conn.execute("ROLLBACK TO report")
                     if before is None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ...protocol import TrainerStatus
 from .base import IngestResult, Job, PendingReport, StoreError
-from .job_updates import report_updates, upstream_status
+from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import store_float
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ def write_report(store: SQLiteStore, conn: sqlite3.Connection, item: PendingRepo
     """Store one native report in the open transaction (``KeyError``: the job is not in the database)."""
     job, _ = store._current(conn, item.job.id)
     report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
+    check_metric_names(job, job.last_metrics, (w.name for w in report.metrics), store.max_metric_names)
     previous = conn.execute(
         "SELECT last_sent_at FROM ranks WHERE job_id = ? AND rank = ?", (job.id, identity.rank)
     ).fetchone()
@@ -98,6 +99,7 @@ def write_status(
     except KeyError:  # deleted (retention, ``stepwatch db``) since the route found it
         raise StoreError(f"job {job.key} is not in the database") from None
     read = upstream_status(job, status, now)
+    check_metric_names(job, job.last_metrics, (w.name for w in read.windows), store.max_metric_names)
     # each POST replaces the whole status upstream: every one is kept, none is a duplicate
     conn.execute(
         "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
