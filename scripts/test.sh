@@ -11,25 +11,23 @@ if command -v pg_isready >/dev/null 2>&1 && [ -d /etc/postgresql ] && ! pg_isrea
     || echo "(PostgreSQL did not start: its tests will fail under CI and skip elsewhere)"
   for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
 fi
+# Debian packages some tests drive for real; as root they are installed when missing, else those tests skip
+install_if_missing() {  # COMMAND PACKAGE WHAT-NEEDS-IT
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ]; then
+    echo "== installing $2 for $3"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null) \
+      || echo "($2 could not be installed: $3 will skip)"
+  else
+    echo "($1 is missing and this is not root: $3 will skip; apt-get install $2)"
+  fi
+}
 # the dashboard's browser tests drive Debian's Chromium (Playwright's own browser download cannot work here)
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "== installing chromium for the browser tests"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  else
-    echo "(chromium is missing and this is not root: the browser tests will skip; apt-get install chromium)"
-  fi
-fi
-# `kubectl stepwatch` is run by a real kubectl in tests/test_cli_kubectl.py (Debian's package; no cluster needed)
-if ! command -v kubectl >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "== installing kubectl for the kubectl plugin tests"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null) \
-      || echo "(kubectl could not be installed: the tests through kubectl will skip)"
-  else
-    echo "(kubectl is missing and this is not root: the tests through kubectl will skip; apt-get install kubectl)"
-  fi
-fi
+install_if_missing chromium chromium "the browser tests"
+# `kubectl stepwatch` is run by a real kubectl in tests/test_cli_kubectl.py (no cluster needed)
+install_if_missing kubectl kubectl "the tests through kubectl"
+# a real Prometheus scrapes a real server in tests/server/test_prometheus.py (with promtool)
+install_if_missing promtool prometheus "the real Prometheus test"
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples
 .venv/bin/ruff format --check src tests benchmarks examples
