@@ -10,8 +10,9 @@ An ASGI middleware in front of every route, as Jupyter's and TensorBoard's local
   or the proxy's session cookie): a request that changes something (``POST``, ``PUT``, ``PATCH``,
   ``DELETE``) with an ``Origin`` must come from this server's own origin or one of
   ``STEPWATCH_ALLOWED_ORIGINS``; ``Origin: null`` and ``Sec-Fetch-Site: cross-site`` are refused (403).
-- **JSON only** (the same modes): a ``POST`` must say ``Content-Type: application/json`` (415
-  otherwise). A cross-site form or a "simple" ``fetch`` cannot send that type without a CORS
+- **JSON only** (the same modes): a ``POST`` without an ``Authorization`` header must say
+  ``Content-Type: application/json`` (415 otherwise); the Kubeflow status endpoint, which refuses any
+  call without a token, is left to answer in upstream's order. A cross-site form or a "simple" ``fetch`` cannot send that type without a CORS
   preflight, which this server never grants (nor any ``PUT``, ``PATCH`` or ``DELETE``: those always
   need one). Every client of the server sends it:
   the report core, the SDK and CLI, the dashboard, Kubeflow's SDK and transformers' callback.
@@ -32,7 +33,10 @@ from typing import Any
 
 from .errors import error_response
 
-__all__ = ["SECURITY_HEADERS", "Guard", "GuardRules", "host_name"]
+__all__ = ["KUBEFLOW_PREFIX", "SECURITY_HEADERS", "Guard", "GuardRules", "host_name"]
+
+KUBEFLOW_PREFIX = "/apis/trainer.kubeflow.org/"
+"""The upstream status endpoint's paths: exempt from the JSON-only rule (every call there carries a token)."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -102,7 +106,7 @@ class GuardRules:
         name = host_name(host)
         return name in _LOOPBACK_NAMES or name in self.hosts or "*" in self.hosts or _is_loopback_address(name)
 
-    def refusal(self, method: str, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+    def refusal(self, method: str, headers: dict[bytes, bytes], path: str = "/") -> tuple[int, str] | None:
         """Why a request is refused (status, message), or ``None`` when it may go on."""
         host = headers.get(b"host", b"").decode("latin-1")
         if self.check_host and host and not self.host_allowed(host):
@@ -123,7 +127,10 @@ class GuardRules:
                 )
         elif headers.get(b"sec-fetch-site", b"") in (b"cross-site", b"same-site"):
             return 403, "cross-site request refused (Sec-Fetch-Site says it comes from another site)"
-        if method == "POST":  # the one such method a page may send cross-site without a preflight
+        # POST is the one such method a page may send cross-site without a preflight, and only without an
+        # Authorization header (a page cannot attach one without a preflight either). The Kubeflow status
+        # endpoint always wants a token, and answers in upstream's order (size, token, body) whatever the type.
+        if method == "POST" and b"authorization" not in headers and not path.startswith(KUBEFLOW_PREFIX):
             media = headers.get(b"content-type", b"").decode("latin-1").partition(";")[0].strip().lower()
             if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
                 shown = f"Content-Type {media[:60]!r}" if media else "no Content-Type"
@@ -156,7 +163,7 @@ class Guard:
                     message["headers"] = [*headers, *(h for h in SECURITY_HEADERS if h[0] not in present)]
             await send(message)
 
-        refused = self.rules.refusal(scope["method"], dict(scope["headers"]))
+        refused = self.rules.refusal(scope["method"], dict(scope["headers"]), scope.get("path", "/"))
         if refused is not None:
             response = error_response(*refused)
             await response(scope, receive, send_with_headers)
