@@ -991,6 +991,7 @@ ERROR_CASES = [
             "a POST to this server must be JSON (Content-Type: application/json), got Content-Type 'text/plain'",
             content=b'{"name": "x"}',
             headers={"Content-Type": "text/plain"},
+            token=None,  # a cross-site form's shape: no Authorization header (one would need a preflight)
         ),
         id="post-not-json",
     ),

@@ -50,7 +50,7 @@ def test_a_stall_that_recovers_keeps_its_span_and_its_cost(api: Any, make_report
     seq, step = _train(api, make_report, "hung", token, seq, step, 10)
     view = api.job("hung")
     assert view["health"]["state"] == "healthy" and view["health"]["evidence"]["recovered_from"] == "stalled"
-    spans = view["health"]["history"]
+    spans = view["health_history"]
     assert [s["state"] for s in spans] == ["healthy", "stalled", "healthy"]
     stalled = spans[1]
     # the stall stood from the last step change to the report that moved it again
@@ -63,7 +63,7 @@ def test_a_stall_that_recovers_keeps_its_span_and_its_cost(api: Any, make_report
     api.clock.advance(2)
     api.report_ok("hung", token, make_report(seq + 1, step + 8, {"loss": 1.0}, total_steps=100_000, state="finished"))
     ended = api.job("hung")
-    assert ended["state"] == "finished" and [s["state"] for s in ended["health"]["history"]][:3] == [
+    assert ended["state"] == "finished" and [s["state"] for s in ended["health_history"]][:3] == [
         "healthy",
         "stalled",
         "healthy",

@@ -122,7 +122,7 @@ def test_a_deadlocked_data_loader_is_stalled_and_ends_stalled(server: str, tmp_p
         process.communicate(timeout=60)
     ended = _job(server, "deadlock")
     assert ended["state"] in ("stopped", "failed") and ended["health"]["state"] == "stalled"
-    assert [s["state"] for s in ended["health"]["history"]] == ["healthy", "stalled"]
+    assert [s["state"] for s in ended["health_history"]] == ["healthy", "stalled"]
 
 
 DIVERGE = """

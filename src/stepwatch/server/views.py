@@ -258,7 +258,7 @@ def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
     }
     if not compact:
         view["trainerStatus"] = trainer_status_view(job, now)
-        view["health"] = {**view["health"], "history": health_history_view(job, now)}  # type: ignore[dict-item]
+        view["health_history"] = health_history_view(job, now)
     else:
         del view["params"]
     return view
