@@ -23,7 +23,7 @@ LIMIT = 600
 @pytest.fixture
 def app(store: Store, clock: Any) -> Starlette:
     """The ``api`` fixture's server, with the limit lowered (the default is 1,024)."""
-    return create_app(ServerSettings(max_metric_names=LIMIT), store=store, clock=clock)
+    return create_app(ServerSettings(max_metric_names=LIMIT, allowed_hosts=("testserver",)), store=store, clock=clock)
 
 
 def _names(report: int, count: int = 256) -> dict[str, float]:
