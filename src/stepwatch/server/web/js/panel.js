@@ -272,7 +272,11 @@ class Panel {
 
   renderPending() {
     const pending = this.view.pending_commands || [];
-    replace(this.pending, pending.map((c) => h("li", null, `${c.kind} queued${c.reason ? `: ${c.reason}` : ""} — the job gets it at its next report`)));
+    // an ended job reports no more: its unacknowledged commands are history, not a promise
+    const fate = ENDED.has(this.view.state)
+      ? `the job ${this.view.state} before it reported again`
+      : "the job gets it at its next report";
+    replace(this.pending, pending.map((c) => h("li", null, `${c.kind} queued${c.reason ? `: ${c.reason}` : ""} — ${fate}`)));
   }
 
   async loadPolicy() {
