@@ -28,7 +28,9 @@ PER_CLIENT = 3
 @pytest.fixture
 def app(store: Store, clock: Any) -> Starlette:
     """The tests' server with a small limit of streams per client."""
-    return create_app(ServerSettings(live_streams_per_client=PER_CLIENT, allowed_hosts=("testserver",)), store=store, clock=clock)
+    return create_app(
+        ServerSettings(live_streams_per_client=PER_CLIENT, allowed_hosts=("testserver",)), store=store, clock=clock
+    )
 
 
 def _open(base: str) -> tuple[socket.socket, bytes]:

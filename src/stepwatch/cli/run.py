@@ -233,7 +233,7 @@ class _Supervisor:
         if self.stop_reason is not None:
             return "stopped", self.stop_reason
         if self.interrupts:
-            return "stopped", "interrupted (Ctrl-C)"
+            return "stopped", "terminated (SIGTERM)" if self.terminated_at is not None else "interrupted (Ctrl-C)"
         if code == 0:
             return "finished", ""
         if code < 0:

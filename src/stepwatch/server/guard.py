@@ -11,11 +11,11 @@ An ASGI middleware in front of every route, as Jupyter's and TensorBoard's local
   ``DELETE``) with an ``Origin`` must come from this server's own origin or one of
   ``STEPWATCH_ALLOWED_ORIGINS``; ``Origin: null`` and ``Sec-Fetch-Site: cross-site`` are refused (403).
 - **JSON only** (the same modes): a ``POST`` without an ``Authorization`` header must say
-  ``Content-Type: application/json`` (415 otherwise); the Kubeflow status endpoint, which refuses any
-  call without a token, is left to answer in upstream's order. A cross-site form or a "simple" ``fetch`` cannot send that type without a CORS
-  preflight, which this server never grants (nor any ``PUT``, ``PATCH`` or ``DELETE``: those always
-  need one). Every client of the server sends it:
-  the report core, the SDK and CLI, the dashboard, Kubeflow's SDK and transformers' callback.
+  ``Content-Type: application/json`` (415 otherwise). A cross-site form or a "simple" ``fetch`` can
+  send neither that type nor that header without a CORS preflight, which this server never grants
+  (nor any ``PUT``, ``PATCH`` or ``DELETE``: those always need one). Every client of the server sends
+  it: the report core, the SDK and CLI, the dashboard, Kubeflow's SDK and transformers' callback. The
+  Kubeflow status endpoint, which refuses any call without a token, answers in upstream's order.
 
 Under ``tokens`` every call carries ``Authorization: Bearer``, which no cross-site page can attach.
 
