@@ -733,3 +733,26 @@ def test_a_stop_asked_for_ends_stopped_on_every_path(store: Store, report: Calla
     plain = store.register("ns", "plain", token_hash="h5", now=1.0)
     plain = store.ingest_report(plain, report(1, 10, state="finished"), 2.0).job
     assert store.set_state(plain, "finished", 3.0, "", exit_code=0).state == "finished"  # ...and nothing else
+
+
+def test_closing_waits_for_a_read_under_way_in_another_thread(tmp_path: Path) -> None:
+    """A server stopped while a worker thread still reads (uvicorn cancels the request, not its thread)
+    closed that thread's connection under it: the process crashed in SQLite (seen in the browser tests'
+    teardown). Now close() waits for the read, and a read after it is a StoreError, not a crash."""
+    store = SQLiteStore(str(tmp_path / "sw.db"))
+    started, results = threading.Event(), []
+    slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT count(*) FROM n"
+
+    def read() -> None:
+        started.set()
+        results.append(store._read(slow))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    started.wait(5)
+    time.sleep(0.05)  # the read is under way in SQLite
+    store.close()
+    reader.join(30)
+    assert results == [[(3000000,)]]  # it ended with its answer, before its connection was closed
+    with pytest.raises(StoreError, match="closed"):
+        store._read("SELECT 1")

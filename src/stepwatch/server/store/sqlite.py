@@ -108,6 +108,9 @@ class SQLiteStore(SqlStore):
         """Windows stored per series since its last fold into roll-ups (this process only)."""
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
+        self._in_use = _InUse()
+        """Reads and writes under way: :meth:`close` waits for them (closing a connection another thread
+        is reading from crashes the process: a server stopped while a worker thread still read)."""
         self._checkpointer = WalCheckpointer(self._open, pause_writers=self._writers_paused)
         """Copies the write-ahead log into the file, away from the writer (``store.sqlite_checkpoint``);
         started once the database is open and up to date."""
@@ -152,6 +155,11 @@ class SQLiteStore(SqlStore):
         if not self._write_lock.acquire(blocking=wait):
             raise WouldWait
         try:
+            self._in_use.enter()
+        except StoreError:
+            self._write_lock.release()
+            raise
+        try:
             if self._writers_lock is not None and not self._writers_lock.acquire(wait):
                 raise WouldWait
             conn = self._writer
@@ -179,6 +187,7 @@ class SQLiteStore(SqlStore):
             if self._writers_lock is not None:
                 self._writers_lock.release()
             self._write_lock.release()
+            self._in_use.exit()
 
     @contextmanager
     def _writers_paused(self) -> Iterator[None]:
@@ -235,7 +244,7 @@ class SQLiteStore(SqlStore):
     def _follow(self, conn: sqlite3.Connection | None = None) -> bool:
         """Read what the other writers logged since this store last looked, and forget those jobs;
         whether another writer logged anything."""
-        with self._follow_lock:
+        with self._follow_lock, self._in_use:
             rows = (
                 (conn or self._reader())
                 .execute(  # this store's own rows are not read again
@@ -326,7 +335,8 @@ class SQLiteStore(SqlStore):
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
-            return self._reader().execute(sql, args).fetchall()
+            with self._in_use:
+                return self._reader().execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"the database cannot be read: {exc}") from None
 
@@ -343,7 +353,8 @@ class SQLiteStore(SqlStore):
                 self._writer.executescript(f"BEGIN; {MIGRATIONS[target]} PRAGMA user_version = {target}; COMMIT;")
 
     def close(self) -> None:
-        """Close every connection."""
+        """Close every connection, once the reads and writes under way are done (at most 5 s)."""
+        self._in_use.close(5.0)
         self._checkpointer.close()
         for conn in self._all:
             try:
@@ -606,7 +617,8 @@ class SQLiteStore(SqlStore):
         """A series for ``max_points``: every window when short, else roll-ups and the windows after them."""
         for _ in range(2):
             try:
-                found = rollups.read_series(self._reader(), job_id, metric, max_points)
+                with self._in_use:
+                    found = rollups.read_series(self._reader(), job_id, metric, max_points)
             except rollups.NeedsFold:
                 self._fold_all(job_id, metric)  # older data, or ingest fell behind: once, then it is kept up
                 continue
@@ -736,3 +748,37 @@ class SQLiteStore(SqlStore):
         """Append an entry to the audit log."""
         with self._write() as conn:
             return self._audit(conn, entry)
+
+
+class _InUse:
+    """Counts the store's uses under way (a context manager, or :meth:`enter`/:meth:`exit`); after
+    :meth:`close`, a new use is a :class:`StoreError`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+        self._closed = False
+
+    def enter(self) -> None:
+        with self._cond:
+            if self._closed:
+                raise StoreError("the store is closed")
+            self._count += 1
+
+    def exit(self) -> None:
+        with self._cond:
+            self._count -= 1
+            if not self._count:
+                self._cond.notify_all()
+
+    def __enter__(self) -> None:
+        self.enter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.exit()
+
+    def close(self, timeout: float) -> None:
+        """No new use; wait up to ``timeout`` seconds for those under way."""
+        with self._cond:
+            self._closed = True
+            self._cond.wait_for(lambda: self._count == 0, timeout)
