@@ -54,14 +54,20 @@ class Sim:
         self.windows: list[W] = []
 
     def report(
-        self, loss: Callable[[int], float] | None, advance: int = STEPS, ranks: dict[int, int] | None = None
+        self,
+        loss: Callable[[int], float] | None,
+        advance: int = STEPS,
+        ranks: dict[int, int] | None = None,
+        evaluating: float | None = None,
     ) -> Verdict:
+        """One report ``EVERY`` seconds after the last; ``evaluating``: the seconds into an evaluation
+        every rank says (``progress.phase == "eval"``), ``None`` while they train."""
         self.t += EVERY
         first = self.step + 1
         self.step += advance
-        self.tr.observe_progress(self.t, 0, self.step, self.total)
+        self.tr.observe_progress(self.t, 0, self.step, self.total, evaluating=evaluating)
         for rank, step in (ranks or {}).items():
-            self.tr.observe_progress(self.t, rank, step)
+            self.tr.observe_progress(self.t, rank, step, evaluating=evaluating)
         if loss is not None and advance > 0:
             values = [loss(s) * math.exp(self.rng.gauss(0, self.noise)) for s in range(first, self.step + 1)]
             finite = [v for v in values if math.isfinite(v)]
@@ -367,6 +373,78 @@ def test_a_long_pause_seen_once_is_allowed_next_time() -> None:
     run_steps(sim, None, 120, advance=0)  # 240 s < 1.5 x 180 s
     run_steps(sim, decay, 10)
     assert sim.first("stalled", after=after) is None
+
+
+def evaluate(sim: Sim, seconds: float, ranks: Callable[[], dict[int, int]] | None = None) -> None:
+    """An evaluation of ``seconds`` as an integration reports it: the step stands, each report says
+    ``phase: eval`` with the seconds since it began; the report after it trains again."""
+    began = sim.t
+    while sim.t + EVERY < began + seconds:
+        sim.report(None, advance=0, ranks=ranks() if ranks else None, evaluating=sim.t + EVERY - began)
+
+
+def test_an_announced_evaluation_is_no_stall_and_a_hang_after_it_still_is() -> None:
+    """The 60 s evaluation that is flagged when unannounced (the test above) passes when the reports say
+    so, the first time included; a hang right after it is flagged within 45 s of the evaluation's end
+    (its 60 s count neither as a step time nor as a pause that would raise the limit)."""
+    sim = Sim()
+    run_steps(sim, decay, 300)
+    for _ in range(3):
+        evaluate(sim, 60)
+        run_steps(sim, decay, 100)
+    assert "stalled" not in sim.states()
+    evaluate(sim, 60)
+    end = sim.t
+    run_steps(sim, None, 40, advance=0)  # training again, but the step stands: a hang
+    found = sim.first("stalled", after=end)
+    assert found is not None and end + 30 < found <= end + 45
+    assert sim.verdicts[-1][2].evidence["metric"] == "step" and "phase" not in sim.verdicts[-1][2].evidence
+
+
+def test_an_evaluation_that_never_ends_is_flagged_after_the_longer_limit() -> None:
+    """A rank that says it evaluates and never comes back: stalled after max(eval_floor_s, eval_factor x the
+    longest evaluation seen), counted from the evaluation's start, with that in the evidence."""
+    sim = Sim()
+    run_steps(sim, decay, 300)
+    evaluate(sim, 200)  # finished: the limit becomes max(600 s, 4 x 200 s) = 800 s
+    run_steps(sim, decay, 100)
+    began = sim.t
+    evaluate(sim, 1000)
+    found = sim.first("stalled", after=began)
+    assert found is not None and began + 800 < found <= began + 800 + 2 * EVERY
+    v = next(v for t, _, v in sim.verdicts if t == found)
+    assert v.evidence["phase"] == "eval" and v.evidence["longest_eval"] == pytest.approx(200, abs=2 * EVERY)
+    assert "evaluating for" in v.evidence["message"]
+    # with the knobs lowered (as a short test of a server would): the same rule, at the knobs' limit
+    sim = Sim(HealthTracker(HealthParams(eval_floor_s=40.0, eval_factor=1.5)))
+    run_steps(sim, decay, 300)
+    began = sim.t
+    evaluate(sim, 100)
+    found = sim.first("stalled", after=began)
+    assert found is not None and began + 40 < found <= began + 40 + 2 * EVERY
+
+
+def test_an_evaluation_of_every_rank_names_no_rank_and_a_rank_hung_in_it_is_named() -> None:
+    sim = Sim()
+    for _ in range(100):
+        sim.report(decay, ranks={1: sim.step + STEPS, 2: sim.step + STEPS})
+    evaluate(sim, 90, ranks=lambda: {1: sim.step, 2: sim.step})
+    for _ in range(100):
+        sim.report(decay, ranks={1: sim.step + STEPS, 2: sim.step + STEPS})
+    assert "stalled" not in sim.states()
+    # rank 2 never reaches the evaluation the others are in (its loader hangs): it is the one named, at
+    # the training limit, although every rank stands at the same step and rank 0 would come first
+    began = sim.t
+    for _ in range(30):
+        sim.t += EVERY
+        sim.tr.observe_progress(sim.t, 0, sim.step, None, evaluating=sim.t - began)
+        sim.tr.observe_progress(sim.t, 1, sim.step, evaluating=sim.t - began)
+        sim.tr.observe_progress(sim.t, 2, sim.step)
+        sim.verdict()
+    found = sim.first("stalled", after=began)
+    assert found is not None and found <= began + 45
+    v = sim.verdicts[-1][2]
+    assert v.state == "stalled" and v.evidence["rank"] == 2
 
 
 def test_a_hanging_rank_and_a_straggler() -> None:

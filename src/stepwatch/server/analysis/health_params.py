@@ -47,6 +47,12 @@ class HealthParams:
     """How many recent pauses set the allowance (a pattern of evaluations, not one old freak)."""
     pause_cap_s: float = 1800.0
     """The learnt pause allowance never exceeds this: a hang that once resolved must not hide the next."""
+    eval_floor_s: float = 600.0
+    """A rank that says it evaluates (``progress.phase == "eval"``) may stand this long, counted from the
+    start of its evaluation, before it is stalled: an evaluation is not a hang, but one that never ends
+    is. Generous because a job's first evaluation has no precedent (10 min)."""
+    eval_factor: float = 4.0
+    """... or this many times the longest evaluation the job has finished, when that is longer."""
     startup_s: float = 600.0
     """Before the first step of a segment moves (loading, compiling, restoring a checkpoint)."""
     min_delta: float = 0.01
