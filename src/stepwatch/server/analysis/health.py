@@ -387,8 +387,10 @@ class HealthTracker:
             if self._lr_flat:
                 self._recovered = {"state": "not_learning", "message": f"the learning rate is {lr:.3g} again"}
             self._lr_flat = False
-        elif not self._lr_flat and self._m_t0 is not None and zero[0] >= self._judged_from():
-            held = t - zero[0] >= self.params.plateau_confirm * self._plateau_window()
+        elif not self._lr_flat and self._m_t0 is not None:
+            # held for the confirmation past the warm-up: a rate that reached zero inside the warm-up
+            # (a short schedule, a bad config) counts from the warm-up's end, never not at all
+            held = t - max(zero[0], self._judged_from()) >= self.params.plateau_confirm * self._plateau_window()
             self._lr_flat = held and not self._finishing()
 
     def observe_eval(self, t: float, step: int, value: float, metric: str = "eval_loss") -> None:
