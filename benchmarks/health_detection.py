@@ -137,7 +137,8 @@ def run(job: Job, params: HealthParams | None = None, signals: str = "all", phas
             if new > job.event_step or (new == job.event_step and not carried):
                 event_t = t if not stopped else t - dt
         if not stopped:
-            tracker.observe_progress(t, 0, new, job.total, evaluating=evaluating)
+            said = {"evaluating": evaluating} if evaluating is not None else {}  # (a tracker before it: none)
+            tracker.observe_progress(t, 0, new, job.total, **said)
             if new > step:
                 chunk = job.losses[step:new]
                 finite = chunk[np.isfinite(chunk)]
@@ -160,7 +161,7 @@ def run(job: Job, params: HealthParams | None = None, signals: str = "all", phas
                     other += (new - step) * 0.4
                     tracker.observe_progress(t, rank, job.straggle_at + int(other))
                 else:
-                    tracker.observe_progress(t, rank, new, evaluating=evaluating)
+                    tracker.observe_progress(t, rank, new, **said)
             step = new
         verdict = tracker.verdict(t)
         verdicts += 1
@@ -567,9 +568,10 @@ def target(name: str, planned: float) -> float | None:
     return None
 
 
-def _simulate(task: tuple[str, int, int, str, str, bool]) -> list[tuple[str, Outcome]]:
+def _simulate(task: tuple[str, int, int, str, str, bool, float]) -> list[tuple[str, Outcome]]:
     """Run one seed's jobs of one kind (a worker process)."""
-    kind, seed, total, signals, knobs, phase = task
+    global RATE
+    kind, seed, total, signals, knobs, phase, RATE = task
     params = HealthParams(**json.loads(knobs)) if knobs else None
     if kind == "healthy":
         jobs = healthy_curves(seed, total)
@@ -663,7 +665,7 @@ def _group_rows(groups: list[range], by_group: list[dict[str, list[Outcome]]]) -
         print(f"{f'{group[0]}-{group[-1]}':10} {rate:>16}  " + "  ".join(f"{c:>22}" for c in cells))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: few seeds, short jobs (< 15 s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: one per CPU)")
@@ -682,11 +684,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--params", default="", help='health knobs to try, as JSON: {"change_z": 3.5}')
     parser.add_argument(
+        "--rate",
+        type=float,
+        default=RATE,
+        help="steps per second (default 4); the jobs last 50 min and 2.5 h at 4 steps/s, --minutes sets them",
+    )
+    parser.add_argument(
+        "--minutes", default="", help="planned durations of the jobs, comma-separated (default: 50,150)"
+    )
+    parser.add_argument(
         "--no-phase",
         action="store_true",
         help="evaluation pauses are not announced (progress.phase), as before the integrations sent it",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.seeds:
         groups = [_seed_range(part) for part in args.seeds.split(",")]
     else:
@@ -694,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
         groups = [range(4)] if args.quick else [range(g, g + 12) for g in SEED_GROUPS]
     seeds = [seed for group in groups for seed in group]
     totals = [12_000] if args.quick else [12_000, 36_000]  # 50 min and 2.5 h at 4 steps/s
+    if args.minutes or args.rate != RATE:
+        minutes = [float(m) for m in args.minutes.split(",")] if args.minutes else [t / RATE / 60 for t in totals]
+        totals = [round(m * 60 * args.rate) for m in minutes]
+        print(f"{args.rate:g} steps/s; jobs of {', '.join(f'{m:g}' for m in minutes)} min")
     real_seeds = groups[0][:1] if args.quick else groups[0][:3]
     signals = args.signals
     started = time.perf_counter()
@@ -705,9 +724,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"knobs: {args.params}")
     phase = not args.no_phase
     print("evaluation pauses: " + ("announced (progress.phase)" if phase else "not announced (--no-phase)"))
-    tasks = [("healthy", seed, total, signals, args.params, phase) for total in totals for seed in seeds]
-    tasks += [("faulty", seed, total, signals, args.params, phase) for total in totals for seed in seeds]
-    tasks += [("real", seed, 12_000, signals, args.params, phase) for seed in real_seeds]
+    rate = args.rate
+    tasks = [("healthy", seed, total, signals, args.params, phase, rate) for total in totals for seed in seeds]
+    tasks += [("faulty", seed, total, signals, args.params, phase, rate) for total in totals for seed in seeds]
+    tasks += [("real", seed, 12_000, signals, args.params, phase, RATE) for seed in real_seeds]
     healthy: dict[str, list[Outcome]] = {}
     faulty: dict[str, list[Outcome]] = {}
     group_of = {seed: i for i, group in enumerate(groups) for seed in group}
@@ -723,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         "\nDetection delay (s from the trouble to the verdict), jobs of",
-        ", ".join(f"{t // 4 // 60} min" for t in totals),
+        ", ".join(f"{t / rate / 60:g} min" for t in totals),
     )
     print(f"{'scenario':48} {'jobs':>5} {'found':>6} {'median':>8} {'worst':>8} {'target':>9} {'x tgt':>6}  verdict")
     for name, outs in faulty.items():

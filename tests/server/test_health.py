@@ -599,3 +599,39 @@ def test_a_drop_hovering_at_its_threshold_confirms_a_plateau_sooner_with_the_hys
             delays[hysteresis].append(found - t_plateau)
     assert all(a <= b for a, b in zip(delays[True], delays[False], strict=True))
     assert sum(d <= target for d in delays[True]) >= 6 > sum(d <= target for d in delays[False])
+
+
+def _flat_from_the_start(params: HealthParams, minutes: float, per_report: int) -> tuple[float | None, HealthTracker]:
+    """A loss flat from its 5th second in a job planned for ``minutes`` with ``per_report`` steps per 2 s
+    report: when ``not_learning`` comes, as a share of the planned duration."""
+    planned = minutes * 60
+    rate = per_report / EVERY
+    sim = Sim(HealthTracker(params), total=round(planned * rate))
+    start = sim.t
+    while sim.t - start < 0.4 * planned:
+        if sim.report(lambda s: 1.0 + 2.0 * math.exp(-s / rate), advance=per_report).state == "not_learning":
+            return (sim.t - start) / planned, sim.tr
+    return None, sim.tr
+
+
+def test_a_fast_job_flat_from_its_start_is_flagged_within_a_tenth_of_its_plan() -> None:
+    """Issue 19 item 6: 20 min at 50 steps/s, flat from its 5th second, was flagged at 25 % of its plan
+    (a 120 s warm-up, then a 120 s window, then its confirmation). The floors now weigh evidence: with
+    1,000 steps in 30 s, the warm-up and window floors are 30 s (the window is 7 % of the plan, 84 s),
+    and the first test may reach back into the warm-up. With the slow floors the same job is late."""
+    share, tracker = _flat_from_the_start(HealthParams(), 20, 100)
+    assert share is not None and share <= 0.11
+    assert tracker._plateau_window() == pytest.approx(84, rel=0.05)
+    slow, _ = _flat_from_the_start(HealthParams(plateau_fast_min_s=120, warmup_fast_s=120), 20, 100)
+    assert slow is not None and slow > share + 0.03
+    # a slow job (4 steps/s: 120 steps in 30 s) keeps the 120 s floors: too few steps to judge sooner
+    _, tracker = _flat_from_the_start(HealthParams(), 20, 8)
+    assert tracker._plateau_window() == 120 and tracker._warmup() == 120
+
+
+def test_a_long_jobs_warm_up_is_capped_so_a_plateau_from_its_start_is_found_within_15_minutes() -> None:
+    """10 h at 4 steps/s: 5 % of the plan is a 30 min warm-up; capped at 10 min (``warmup_cap_s``), and the
+    first 10 min window reaching back into it, a loss flat from its start is flagged within 15 min."""
+    share, tracker = _flat_from_the_start(HealthParams(), 600, 8)
+    assert tracker._warmup() == 600
+    assert share is not None and share * 600 * 60 <= 900

@@ -521,25 +521,39 @@ class HealthTracker:
         p = self.params
         return max(p.eval_floor_s, p.eval_factor * self._longest_eval)
 
-    def _planned(self) -> float | None:
-        """Planned duration of the job in seconds, from the total steps and this segment's pace."""
-        if self._total is None or self._seg_t0 is None or self._r0_step is None:
+    def _rate(self) -> float | None:
+        """Rank 0's steps per second in this segment (from its first step on), once known."""
+        if self._seg_t0 is None or self._r0_step is None or self._r0_t is None:
             return None
         steps = self._r0_step - self._seg_step0
-        if steps <= 0 or self._r0_t is None or self._r0_t <= self._seg_t0:
+        if steps <= 0 or self._r0_t <= self._seg_t0:
             return None
-        return self._total * (self._r0_t - self._seg_t0) / steps
+        return steps / (self._r0_t - self._seg_t0)
+
+    def _planned(self) -> float | None:
+        """Planned duration of the job in seconds, from the total steps and this segment's pace."""
+        rate = self._rate()
+        return self._total / rate if self._total is not None and rate else None
+
+    def _floor(self, slow: float, fast: float) -> float:
+        """A floor in seconds that weighs evidence: ``fast`` for a job that makes ``fast_floor_steps``
+        steps in it, else ``slow``."""
+        rate = self._rate()
+        return min(slow, fast) if rate is not None and rate * fast >= self.params.fast_floor_steps else slow
 
     def _plateau_window(self) -> float:
         p = self.params
         planned = self._planned()
         if planned is None:
             return p.plateau_window_s
-        return min(max(p.plateau_fraction * planned, p.plateau_min_s), p.plateau_window_s)
+        floor = self._floor(p.plateau_min_s, p.plateau_fast_min_s)
+        return min(max(p.plateau_fraction * planned, floor), p.plateau_window_s)
 
     def _warmup(self) -> float:
+        p = self.params
         planned = self._planned()
-        return max(self.params.warmup_s, self.params.warmup_fraction * planned if planned else 0.0)
+        share = min(p.warmup_fraction * planned, p.warmup_cap_s) if planned else 0.0
+        return max(self._floor(p.warmup_s, p.warmup_fast_s), share)
 
     # ------------------------------------------------------------------------------------------
     # Verdict
