@@ -359,11 +359,17 @@ class _SlowValidation(TinyRegressor):
         super().validation_step(batch, batch_idx)
 
 
-def test_validation_is_announced_and_no_stall(strict_job: LiveJob, tmp_path: Path) -> None:
+@pytest.mark.parametrize("announced", [True, False])
+def test_validation_is_announced_and_no_stall(
+    strict_job: LiveJob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool
+) -> None:
     """On a server that calls a 3 s standstill a stall, a fit with 5 s validations stays healthy: the
-    callback says ``eval`` from on_validation_start to on_validation_end (the Trainer test runs the control)."""
+    callback says ``eval`` from on_validation_start to on_validation_end; without that hook, stalled."""
+    if not announced:
+        monkeypatch.setattr(StepwatchCallback, "on_validation_start", lambda self, trainer, pl_module: None)
     train, valid = _loaders()
     _trainer(tmp_path, callbacks=[StepwatchCallback()]).fit(_SlowValidation(), train, valid)
     job = strict_job.get()
     assert job["state"] == "finished" and job["progress"]["step"] == 2 * BATCHES
-    assert "stalled" not in [span["state"] for span in job["health"]["history"]], job["health"]
+    states = [span["state"] for span in job["health"]["history"]]
+    assert ("stalled" not in states) is announced, job["health"]
