@@ -570,6 +570,7 @@ def test_evaluating_is_sent_as_the_phase_with_its_seconds_and_training_is_the_de
         assert all(s is not None and s >= 0 for s in seconds) and seconds == sorted(seconds)  # type: ignore[type-var]
     assert run.phase == "train"
     run.set_phase("testing")  # type: ignore[arg-type]  # not a phase: ignored with one warning, never raised
+    run.set_phase(["eval"])  # type: ignore[arg-type]
     assert run.phase == "train" and "phase must be 'train' or 'eval'" in caplog.text
     run.step(loss=0.5)
     run.finish()

@@ -208,10 +208,10 @@ class Run:
         their trainer's evaluation events; a plain loop uses ``with run.evaluating():``. Setting the
         phase it already has keeps its start. Never raises.
         """
-        if phase == self._phase:
-            return
-        if phase not in ("train", "eval"):
+        if phase.__class__ is not str or phase not in ("train", "eval"):  # no __eq__ of a user's object runs
             self._warn_once("phase", "stepwatch: phase must be 'train' or 'eval', got %r; ignored", phase)
+            return
+        if phase == self._phase:
             return
         self._phase_t = time.monotonic()
         self._phase = phase

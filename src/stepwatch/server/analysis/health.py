@@ -14,8 +14,10 @@ The states, strongest first (when several hold, the first one wins):
   the metric's *level* worse than ``diverge_factor`` times its best level (a sustained blow-up);
 - ``stalled``: no report from rank 0 for ``max(stall_intervals x the usual report interval,
   stall_floor_s)``; or the step stands still for longer than that, ``standstill_floor_s``,
-  ``standstill_steps`` step times and the longest recent pause (evaluation, checkpoint) with margin;
-  or one rank hangs: its heartbeats stop, or its step stands while the other ranks move on;
+  ``standstill_steps`` step times and the longest recent pause (evaluation, checkpoint) with margin,
+  or, for a rank whose reports say it evaluates, ``max(eval_floor_s, eval_factor x the longest
+  evaluation finished)`` from the evaluation's start; or one rank hangs: its heartbeats stop, or its
+  step stands while the other ranks move on;
 - ``straggling``: a rank steps at less than ``straggler_fraction`` of the median rank's rate;
 - ``not_learning``: the metric no longer improves, measured against its own noise: over the plateau
   window (7 % of the planned duration, between 2 and 10 minutes) it improved by less than

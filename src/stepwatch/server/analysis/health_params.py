@@ -29,8 +29,10 @@ class HealthParams:
     standstill_floor_s: float = 30.0
     """A rank's step may stand this long with its reports arriving before the job is stalled, however
     fast it steps: with a report every 2 s and a sweep every 5 s, a hang is flagged 30-37 s after the
-    rank's last step, within the target of 45 s (``docs/health.md``). Pauses longer than this
-    (evaluation, checkpoint) are flagged the first time and allowed after (``pause_factor``)."""
+    rank's last step, within the target of 45 s (``docs/health.md``). An evaluation the reports
+    announce (``progress.phase``) has its own limit (``eval_floor_s``); other pauses longer than this
+    (a checkpoint, an unannounced evaluation) are flagged the first time and allowed after
+    (``pause_factor``)."""
     standstill_steps: float = 2.5
     """A slow rank's step may stand for this many of its own recent step times (the
     ``standstill_quantile`` of them, measured between the reports that saw the step change, so a
