@@ -208,7 +208,8 @@ class Run:
         their trainer's evaluation events; a plain loop uses ``with run.evaluating():``. Setting the
         phase it already has keeps its start. Never raises.
         """
-        if phase.__class__ is not str or phase not in ("train", "eval"):  # no __eq__ of a user's object runs
+        given: object = phase  # typed, but a caller may pass anything
+        if given.__class__ is not str or given not in ("train", "eval"):  # no __eq__ of a user's object runs
             self._warn_once("phase", "stepwatch: phase must be 'train' or 'eval', got %r; ignored", phase)
             return
         if phase == self._phase:
