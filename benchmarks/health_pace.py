@@ -19,6 +19,11 @@ into the tree.
   1.05, 1.2 or 2 per step until it overflows float32 (NaN). Lead: from ``diverging`` to the first
   non-finite report (0 when only the NaN is flagged).
 
+- **Plateau from the start** (``--only plateaus``; before: ``--plateau-before``, default ``bb17486``, main
+  before issue 19 item 5): a loss flat from its 5th second in jobs planned for 20 min, 1 h and 10 h at
+  50 and 4 steps/s; when ``not_learning`` comes, as a share of the planned duration (target 10 %, at
+  most 15 min).
+
     .venv/bin/python benchmarks/health_pace.py            # 20 jobs per row (about a minute)
     .venv/bin/python benchmarks/health_pace.py --jobs 5   # a smoke run
 """
