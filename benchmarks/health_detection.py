@@ -90,12 +90,14 @@ class Outcome:
     slow_before: bool | None = None  # plateaus: before, the noise-free curve learnt too slowly to show in a window
 
 
-def run(job: Job, params: HealthParams | None = None, signals: str = "all") -> Outcome:  # noqa: PLR0915
+def run(job: Job, params: HealthParams | None = None, signals: str = "all", phase: bool = True) -> Outcome:  # noqa: PLR0915
     """Feed a job to a tracker as the server would; the detection delay and any false alarm.
 
     ``signals``: "all", the tracker also gets the job's learning rate and evaluation metric, as the
     server feeds them (after the loss window of the same report); "lr", the learning rate but no
-    evaluation (a Trainer run without an evaluation set); "loss", the loss alone."""
+    evaluation (a Trainer run without an evaluation set); "loss", the loss alone. ``phase``: an
+    evaluation pause is announced as the integrations do (``progress.phase == "eval"`` with its
+    seconds, from its first report to its last); ``False``, as before they did (a silent pause)."""
     rng = np.random.default_rng(job.seed + 1000)
     tracker = HealthTracker(params, direction=job.direction)
     t, step, other = 1000.0, 0, 0.0
@@ -111,12 +113,15 @@ def run(job: Job, params: HealthParams | None = None, signals: str = "all") -> O
     while t < end:
         dt = INTERVAL * float(rng.uniform(0.9, 1.1))
         new = step
+        evaluating: float | None = None  # seconds into an evaluation, as the report says (None: training)
         if next_eval is not None and step >= next_eval:
             paused = min(job.eval_seconds, dt)  # an evaluation pause: the step stands, reports go on
             job.extra["pause_left"] = job.extra.get("pause_left", job.eval_seconds) - paused
-            if job.extra["pause_left"] <= 0:
+            if job.extra["pause_left"] <= 0:  # it ended within this interval: this report trains again
                 next_eval += job.eval_every
                 job.extra["pause_left"] = job.eval_seconds
+            elif phase:
+                evaluating = job.eval_seconds - job.extra["pause_left"]
         else:
             new = min(step + round(dt * RATE * float(rng.uniform(0.9, 1.1))), job.total)
         if job.standstill_at is not None and new >= job.standstill_at:
@@ -132,7 +137,8 @@ def run(job: Job, params: HealthParams | None = None, signals: str = "all") -> O
             if new > job.event_step or (new == job.event_step and not carried):
                 event_t = t if not stopped else t - dt
         if not stopped:
-            tracker.observe_progress(t, 0, new, job.total)
+            said = {"evaluating": evaluating} if evaluating is not None else {}  # (a tracker before it: none)
+            tracker.observe_progress(t, 0, new, job.total, **said)
             if new > step:
                 chunk = job.losses[step:new]
                 finite = chunk[np.isfinite(chunk)]
@@ -155,7 +161,7 @@ def run(job: Job, params: HealthParams | None = None, signals: str = "all") -> O
                     other += (new - step) * 0.4
                     tracker.observe_progress(t, rank, job.straggle_at + int(other))
                 else:
-                    tracker.observe_progress(t, rank, new)
+                    tracker.observe_progress(t, rank, new, **said)
             step = new
         verdict = tracker.verdict(t)
         verdicts += 1
@@ -562,9 +568,10 @@ def target(name: str, planned: float) -> float | None:
     return None
 
 
-def _simulate(task: tuple[str, int, int, str, str]) -> list[tuple[str, Outcome]]:
+def _simulate(task: tuple[str, int, int, str, str, bool, float]) -> list[tuple[str, Outcome]]:
     """Run one seed's jobs of one kind (a worker process)."""
-    kind, seed, total, signals, knobs = task
+    global RATE
+    kind, seed, total, signals, knobs, phase, RATE = task
     params = HealthParams(**json.loads(knobs)) if knobs else None
     if kind == "healthy":
         jobs = healthy_curves(seed, total)
@@ -572,7 +579,7 @@ def _simulate(task: tuple[str, int, int, str, str]) -> list[tuple[str, Outcome]]
         jobs = faulty_curves(seed, total)
     else:
         jobs = real_curves(seed, total)
-    return [(job.name, run(job, params, signals=signals)) for job in jobs]
+    return [(job.name, run(job, params, signals=signals, phase=phase)) for job in jobs]
 
 
 def _delay_row(name: str, label: str, outs: list[Outcome]) -> None:
@@ -618,7 +625,7 @@ def _healthy_rows(healthy: dict[str, list[Outcome]]) -> None:
     print(f"{head} {'bad verdicts':>13} {'flat':>5}")
     all_jobs = flagged = stalls = plateaus = flats = paused = 0
     for name, outs in healthy.items():
-        if "eval pauses" in name:  # a first evaluation pause past the stall limit reads as a hang (docs/health.md)
+        if "eval pauses" in name:  # without progress.phase a first pause past the stall limit reads as a hang
             paused += sum(1 for o in outs if o.false_alarm == "stalled")
         n_any = sum(1 for o in outs if o.false_alarm)
         n_stall = sum(1 for o in outs if o.false_alarm == "stalled")
@@ -632,7 +639,7 @@ def _healthy_rows(healthy: dict[str, list[Outcome]]) -> None:
     print(
         f"not_learning on healthy jobs (target <= 1 %): {(plateaus + flats) / all_jobs:.1%} of jobs at any time;",
         f"{plateaus / all_jobs:.1%} where the noise-free curve clearly learns; stalls: {stalls - paused}",
-        f"outside a first evaluation pause ({paused} jobs stalled at one)",
+        f"outside an evaluation pause, {paused} at one (target 0)",
     )
 
 
@@ -658,7 +665,7 @@ def _group_rows(groups: list[range], by_group: list[dict[str, list[Outcome]]]) -
         print(f"{f'{group[0]}-{group[-1]}':10} {rate:>16}  " + "  ".join(f"{c:>22}" for c in cells))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: few seeds, short jobs (< 15 s)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: one per CPU)")
@@ -676,7 +683,25 @@ def main(argv: list[str] | None = None) -> int:
         " defaults, 300-311 were held out of every choice)",
     )
     parser.add_argument("--params", default="", help='health knobs to try, as JSON: {"change_z": 3.5}')
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=RATE,
+        help="steps per second (default 4); the jobs last 50 min and 2.5 h at 4 steps/s, --minutes sets them",
+    )
+    parser.add_argument(
+        "--minutes", default="", help="planned durations of the jobs, comma-separated (default: 50,150)"
+    )
+    parser.add_argument(
+        "--no-phase",
+        action="store_true",
+        help="evaluation pauses are not announced (progress.phase), as before the integrations sent it",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.seeds:
         groups = [_seed_range(part) for part in args.seeds.split(",")]
     else:
@@ -684,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
         groups = [range(4)] if args.quick else [range(g, g + 12) for g in SEED_GROUPS]
     seeds = [seed for group in groups for seed in group]
     totals = [12_000] if args.quick else [12_000, 36_000]  # 50 min and 2.5 h at 4 steps/s
+    if args.minutes or args.rate != RATE:
+        minutes = [float(m) for m in args.minutes.split(",")] if args.minutes else [t / RATE / 60 for t in totals]
+        totals = [round(m * 60 * args.rate) for m in minutes]
+        print(f"{args.rate:g} steps/s; jobs of {', '.join(f'{m:g}' for m in minutes)} min")
     real_seeds = groups[0][:1] if args.quick else groups[0][:3]
     signals = args.signals
     started = time.perf_counter()
@@ -693,9 +722,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.params:
         print(f"knobs: {args.params}")
-    tasks = [("healthy", seed, total, signals, args.params) for total in totals for seed in seeds]
-    tasks += [("faulty", seed, total, signals, args.params) for total in totals for seed in seeds]
-    tasks += [("real", seed, 12_000, signals, args.params) for seed in real_seeds]
+    phase = not args.no_phase
+    print("evaluation pauses: " + ("announced (progress.phase)" if phase else "not announced (--no-phase)"))
+    rate = args.rate
+    tasks = [("healthy", seed, total, signals, args.params, phase, rate) for total in totals for seed in seeds]
+    tasks += [("faulty", seed, total, signals, args.params, phase, rate) for total in totals for seed in seeds]
+    tasks += [("real", seed, 12_000, signals, args.params, phase, RATE) for seed in real_seeds]
     healthy: dict[str, list[Outcome]] = {}
     faulty: dict[str, list[Outcome]] = {}
     group_of = {seed: i for i, group in enumerate(groups) for seed in group}
@@ -711,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         "\nDetection delay (s from the trouble to the verdict), jobs of",
-        ", ".join(f"{t // 4 // 60} min" for t in totals),
+        ", ".join(f"{t / rate / 60:g} min" for t in totals),
     )
     print(f"{'scenario':48} {'jobs':>5} {'found':>6} {'median':>8} {'worst':>8} {'target':>9} {'x tgt':>6}  verdict")
     for name, outs in faulty.items():

@@ -19,6 +19,11 @@ into the tree.
   1.05, 1.2 or 2 per step until it overflows float32 (NaN). Lead: from ``diverging`` to the first
   non-finite report (0 when only the NaN is flagged).
 
+- **Plateau from the start** (``--only plateaus``; before: ``--plateau-before``, default ``bb17486``, main
+  before issue 19 item 5): a loss flat from its 5th second in jobs planned for 20 min, 1 h and 10 h at
+  50 and 4 steps/s; when ``not_learning`` comes, as a share of the planned duration (target 10 %, at
+  most 15 min).
+
     .venv/bin/python benchmarks/health_pace.py            # 20 jobs per row (about a minute)
     .venv/bin/python benchmarks/health_pace.py --jobs 5   # a smoke run
 """
@@ -162,6 +167,42 @@ def blowup_job(module: ModuleType, growth: float, seed: int) -> dict[str, Any]:
     return {"lead": None}
 
 
+def plateau_job(module: ModuleType, minutes: float, rate: float, seed: int, signals: bool = False) -> float | None:
+    """A loss flat from its 5th second (5 % noise per step) in a job planned for ``minutes`` at ``rate``
+    steps/s, reporting every 2 s: when ``not_learning`` comes, as a share of the planned duration
+    (``None``: not within 40 % of it). ``signals``: it also reports a constant learning rate."""
+    rng = np.random.default_rng(seed)
+    planned = minutes * 60.0
+    total = round(planned * rate)
+    tracker = module.HealthTracker()
+    t0 = t = 1000.0
+    step = 0
+    while t - t0 < 0.4 * planned:
+        dt = INTERVAL * float(rng.uniform(0.9, 1.1))
+        new = min(step + max(round(dt * rate * float(rng.uniform(0.9, 1.1))), 1), total)
+        t += dt
+        steps = np.arange(step + 1, new + 1)
+        values = (1.0 + 2.0 * np.exp(-steps / (rate * 1.0))) * np.exp(rng.normal(0, 0.05, len(steps)))
+        tracker.observe_progress(t, 0, new, total)
+        tracker.observe_window(
+            t,
+            new,
+            float(values[-1]),
+            float(values.min()),
+            float(values.max()),
+            float(values.mean()),
+            len(values),
+            0,
+            step + 1,
+        )
+        if signals:
+            tracker.observe_lr(t, new, 1e-3)
+        step = new
+        if tracker.verdict(t).state == "not_learning":
+            return (t - t0) / planned
+    return None
+
+
 def _row(label: str, values: list[float | None], target: float | None = None) -> str:
     found = [v for v in values if v is not None]
     med = statistics.median(found) if found else math.nan
@@ -170,12 +211,43 @@ def _row(label: str, values: list[float | None], target: float | None = None) ->
     return f"{label:44} {len(found):3d}/{len(values):<3d} {med:8.1f} {worst:8.1f} {within:>8}"
 
 
+def plateau_rows(before: ModuleType, rev: str, seeds: range) -> None:
+    """Plateau delay as a share of the planned duration (target: 10 %, at most 15 min), before and now."""
+    print("plateau: a loss flat from its 5th second; not_learning at what share of the planned duration")
+    print(f"(before: the tracker of {rev}; {len(seeds)} jobs per row; target 10 % of planned, at most 15 min)")
+    print(f"{'job':36} {'found':>7} {'median':>8} {'worst':>8} {'in time':>8}")
+    for minutes in (20.0, 60.0, 600.0):
+        for rate in (50.0, 4.0):
+            target = min(0.10, 900.0 / (minutes * 60.0))
+            for which, module in (("before", before), ("now", now_health)):
+                shares = [plateau_job(module, minutes, rate, s) for s in seeds]
+                found = [x for x in shares if x is not None]
+                med = statistics.median(found) if found else math.nan
+                worst = max(found) if found else math.nan
+                within = sum(1 for x in found if x <= target)
+                label = f"{minutes:g} min at {rate:g} steps/s, {which}"
+                print(
+                    f"{label:36} {len(found):3d}/{len(shares):<3d} {med:8.1%} {worst:8.1%}",
+                    f"{within:4d}/{len(shares):<3d}",
+                )
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20, help="simulated jobs per row")
     parser.add_argument("--before", default="ad9266a", help="the commit whose tracker is 'before'")
+    parser.add_argument(
+        "--plateau-before", default="bb17486", help="the commit whose tracker is 'before' in the plateau rows"
+    )
+    parser.add_argument("--only", choices=("all", "stalls", "plateaus"), default="all", help="which rows to run")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.only != "stalls":
+        plateau_rows(load_before(args.plateau_before), args.plateau_before, range(args.jobs))
+    if args.only == "plateaus":
+        print(f"\n(ran in {time.perf_counter() - started:.1f} s)")
+        return 0
     trackers = {"before": load_before(args.before), "now": now_health}
     seeds = range(args.jobs)
     print(f"before: the tracker of {args.before}; now: this tree's; {args.jobs} jobs per row")

@@ -1493,3 +1493,20 @@ def test_protocol_imports_only_the_standard_library() -> None:
 )
 def test_ended_short_text(state: str, percent: float | None, text: str | None) -> None:
     assert protocol.ended_short_text(state, percent) == text
+
+
+def test_the_phase_is_optional_and_backward_compatible() -> None:
+    """``progress.phase``/``phase_seconds`` round-trip; a report without them trains; a reader that keeps only
+    the fields it knows (an older server) reads the same progress without them; a bad phase is refused."""
+    p = Progress(step=5, phase="eval", phase_seconds=12.5)
+    assert Progress.from_dict(p.to_dict()) == p and p.evaluating == 12.5
+    assert Progress(step=5).evaluating is None and "phase" not in Progress(step=5).to_dict()
+    assert Progress(step=5, phase="train", phase_seconds=3.0).evaluating is None
+    assert Progress(step=5, phase="eval").evaluating == 0.0  # said it evaluates, not for how long
+    old = {k: v for k, v in p.to_dict().items() if not k.startswith("phase")}
+    assert Progress.from_dict(old) == Progress(step=5)
+    with pytest.raises(ProtocolError) as err:
+        Progress.from_dict({"step": 5, "phase": "predict"})
+    assert err.value.field == "progress.phase"
+    with pytest.raises(ProtocolError):
+        Progress.from_dict({"phase": "eval", "phase_seconds": "NaN"})

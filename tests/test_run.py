@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -537,3 +538,42 @@ def test_a_run_asked_to_stop_ends_stopped(ending: str) -> None:
     final = _reports(transport)[-1]
     expected = ("failed", "CUDA out of memory") if ending == "finish('failed')" else ("stopped", "plateau")
     assert (final.state, final.reason) == expected
+
+
+def _wait_for(transport: MemoryTransport, found: Callable[[list[Report]], bool], timeout: float = 10.0) -> bool:
+    """Wait (an event wait, no fixed sleep) until the reports sent so far satisfy ``found``."""
+    done = threading.Event()
+    for _ in range(int(timeout / 0.01)):
+        if found(_reports(transport)):
+            return True
+        done.wait(0.01)
+    return False
+
+
+def test_evaluating_is_sent_as_the_phase_with_its_seconds_and_training_is_the_default(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    transport = MemoryTransport()
+    run = stepwatch.init(job="evals", url="http://sw.test", transport=transport, interval=0.01)
+    run.step(loss=1.0)
+    assert _wait_for(transport, lambda reports: any(r.progress.step == 1 for r in reports))
+    assert run.phase == "train" and all(r.progress.phase is None for r in _reports(transport))
+    with run.evaluating() as same:
+        assert same is run and run.phase == "eval"
+        with stepwatch.evaluating():  # nested (the module shortcut, on the current run): still one evaluation
+            assert run.phase == "eval"
+        assert run.phase == "eval"
+        assert _wait_for(
+            transport, lambda reports: sum(r.progress.phase == "eval" for r in reports) >= 3
+        )  # reported while it lasts, with the seconds since it began growing
+        seconds = [r.progress.phase_seconds for r in _reports(transport) if r.progress.phase == "eval"]
+        assert all(s is not None and s >= 0 for s in seconds) and seconds == sorted(seconds)  # type: ignore[type-var]
+    assert run.phase == "train"
+    run.set_phase("testing")  # type: ignore[arg-type]  # not a phase: ignored with one warning, never raised
+    run.set_phase(["eval"])  # type: ignore[arg-type]
+    assert run.phase == "train" and "phase must be 'train' or 'eval'" in caplog.text
+    run.step(loss=0.5)
+    run.finish()
+    last = _reports(transport)[-1]
+    assert last.progress.phase is None and last.progress.phase_seconds is None
+    assert "phase" not in json.loads(transport.requests[-1].body)["progress"]  # training adds nothing to a report

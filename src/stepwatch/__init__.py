@@ -16,7 +16,7 @@ every call is a no-op. The server, the client and the CLI live in sub-packages t
 only when used.
 """
 
-from ._run import Run, current, epoch, finish, init, log, step, track
+from ._run import Run, current, epoch, evaluating, finish, init, log, step, track
 from ._version import __version__
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "__version__",
     "current",
     "epoch",
+    "evaluating",
     "finish",
     "init",
     "log",

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # kept out of `import stepwatch`: loaded by init() when a run
     from ._wire import Snapshot
     from .protocol import Command, ReportState
 
-__all__ = ["Run", "current", "epoch", "finish", "init", "log", "step", "track"]
+__all__ = ["Run", "current", "epoch", "evaluating", "finish", "init", "log", "step", "track"]
 
 
 def _logger() -> Any:
@@ -40,6 +40,7 @@ def _logger() -> Any:
 T = TypeVar("T")
 Mode = Literal["native", "kubeflow", "off"]
 FinalState = Literal["finished", "failed", "stopped"]
+Phase = Literal["train", "eval"]
 
 _MAX_REASON = 256
 """``LIMITS.max_reason_length``, repeated here so that ``import stepwatch`` needs no protocol."""
@@ -99,6 +100,9 @@ class Run:
         self._should_checkpoint = False
         self._command_reason = ""
         self._finished = False
+        self._phase: Phase = "train"
+        self._phase_t = time.monotonic()
+        """When the current phase began (the reporter's monotonic clock; only a duration is sent)."""
         self._gpus: GpuReader | None = None
         """Reads this process's GPUs for each report (made in the sender thread, at its first snapshot)."""
         self._warned: set[str] = set()
@@ -188,6 +192,34 @@ class Run:
             self._buffer.drain(on_training_thread=True)
         elif self._sender is not None:
             self._sender.wake()
+
+    # ---------------------------------------------------------------------------------- the phase
+
+    @property
+    def phase(self) -> Phase:
+        """``"eval"`` while the loop evaluates (:meth:`evaluating`), else ``"train"``."""
+        return self._phase
+
+    def set_phase(self, phase: Phase) -> None:
+        """Say whether the loop trains or evaluates; each report carries it, with the seconds since.
+
+        While a rank says ``"eval"`` its step may stand without the job being called ``stalled`` for
+        a longer limit (``docs/health.md``): an evaluation is not a hang. Integrations call this from
+        their trainer's evaluation events; a plain loop uses ``with run.evaluating():``. Setting the
+        phase it already has keeps its start. Never raises.
+        """
+        given: object = phase  # typed, but a caller may pass anything
+        if given.__class__ is not str or given not in ("train", "eval"):  # no __eq__ of a user's object runs
+            self._warn_once("phase", "stepwatch: phase must be 'train' or 'eval', got %r; ignored", phase)
+            return
+        if phase == self._phase:
+            return
+        self._phase_t = time.monotonic()
+        self._phase = phase
+
+    def evaluating(self) -> _Evaluating:
+        """``with run.evaluating(): ...``: the block is an evaluation (nested blocks count once)."""
+        return _Evaluating(self)
 
     # ---------------------------------------------------------------------------------- the rest
 
@@ -282,12 +314,15 @@ class Run:
 
         step = self._step
         batch = self._batch_size
+        evaluating = self._phase == "eval"
         progress = Progress(
             step=step,
             total_steps=self._total_steps,
             epoch=self._epoch,
             total_epochs=self._total_epochs,
             samples=step * batch if batch else None,
+            phase="eval" if evaluating else None,  # training is the default: nothing to send
+            phase_seconds=round(max(0.0, time.monotonic() - self._phase_t), 3) if evaluating else None,
         )
         params: dict[str, Any] | None = None
         if self._new_params:
@@ -376,6 +411,24 @@ class Run:
         self._finished = True
         self._buffer.reset_after_fork()
         self._queue = self._buffer.queue
+
+
+class _Evaluating:
+    """The context manager of :meth:`Run.evaluating`: ``"eval"`` inside, the phase before it after."""
+
+    __slots__ = ("_before", "_run")
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._before: Phase = "train"
+
+    def __enter__(self) -> Run:
+        self._before = self._run.phase
+        self._run.set_phase("eval")
+        return self._run
+
+    def __exit__(self, *exc: object) -> None:
+        self._run.set_phase(self._before)
 
 
 # ------------------------------------------------------------------------------------- init & co
@@ -474,6 +527,11 @@ def epoch(epoch: float) -> None:
 def track(iterable: Iterable[T], total: int | None = None) -> Iterator[T]:
     """:meth:`Run.track` on the current run (started from the environment if there is none)."""
     return _run().track(iterable, total)
+
+
+def evaluating() -> _Evaluating:
+    """:meth:`Run.evaluating` on the current run (started from the environment if there is none)."""
+    return _run().evaluating()
 
 
 def finish(state: FinalState = "finished", reason: str = "") -> bool:

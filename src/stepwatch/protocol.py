@@ -37,6 +37,7 @@ __all__ = [
     "JOB_SORT_KEYS",
     "JOB_STATES",
     "LIMITS",
+    "PHASES",
     "POLICY_ACTIONS",
     "POLICY_HEALTH_TRIGGERS",
     "POLICY_NOTIFY_ONLY",
@@ -84,6 +85,8 @@ ENDED_STATES: Final[frozenset[str]] = frozenset({"finished", "failed", "stopped"
 JOB_SORT_KEYS: Final[tuple[str, ...]] = ("name", "namespace", "state", "progress", "step", "created", "updated", "eta")
 """What job lists can be sorted by (``-`` first for descending)."""
 COMMAND_KINDS: Final[tuple[str, ...]] = ("stop", "checkpoint")
+PHASES: Final[tuple[str, ...]] = ("train", "eval")
+"""What a rank may say it is doing (``Progress.phase``): training, or evaluating (its step stands)."""
 POLICY_HEALTH_TRIGGERS: Final[tuple[str, ...]] = ("stalled", "not_learning", "diverging")
 """Policy triggers that are a job's health."""
 POLICY_NOTIFY_ONLY: Final[tuple[str, ...]] = ("finished", "failed", "late")
@@ -443,7 +446,11 @@ class Progress:
 
     ``steps_per_second`` and ``samples_per_second`` are the recent rate measured by the reporter;
     ``step_time`` the recent seconds per step (heartbeats use it for straggler detection);
-    ``eta_seconds`` is set only by jobs that know their own remaining time.
+    ``eta_seconds`` is set only by jobs that know their own remaining time. ``phase`` says what the
+    rank is doing: ``"eval"`` while it evaluates (its step stands by design; the server then allows a
+    longer standstill), ``"train"`` or absent otherwise; ``phase_seconds`` is how long it has been in
+    that phase, by the reporter's own monotonic clock (a duration, never a time of day). Both are
+    optional: a server that does not know them ignores them, a report without them is training.
     """
 
     step: int | None = None
@@ -455,19 +462,30 @@ class Progress:
     samples_per_second: float | None = None
     step_time: float | None = None
     eta_seconds: float | None = None
+    phase: str | None = None
+    phase_seconds: float | None = None
 
     def __post_init__(self) -> None:
         _check_optional_int(self.step, "step", minimum=0)
+        if self.phase is not None and self.phase not in PHASES:
+            raise ProtocolError("phase", f"must be one of {', '.join(PHASES)}, got {_show(self.phase)}")
         _check_optional_int(self.total_steps, "total_steps", minimum=1)
         _check_optional_int(self.samples, "samples", minimum=0)
         _check_optional_number(self.epoch, "epoch", minimum=0.0)
         _check_optional_number(self.total_epochs, "total_epochs", minimum=0.0, strict=True)
-        for name in ("steps_per_second", "samples_per_second", "step_time", "eta_seconds"):
+        for name in ("steps_per_second", "samples_per_second", "step_time", "eta_seconds", "phase_seconds"):
             _check_optional_number(getattr(self, name), name, minimum=0.0)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of this progress, without the fields that are unknown."""
         return {k: v for k, v in _fields(self).items() if v is not None}
+
+    @property
+    def evaluating(self) -> float | None:
+        """Seconds this rank has been evaluating (0 when it did not say how long), ``None`` while it trains."""
+        if self.phase != "eval":
+            return None
+        return self.phase_seconds if self.phase_seconds is not None else 0.0
 
     @classmethod
     def from_dict(cls, data: object, field: str = "progress") -> Progress:
@@ -487,6 +505,8 @@ _PROGRESS_FIELDS: Final = (
     "samples_per_second",
     "step_time",
     "eta_seconds",
+    "phase",
+    "phase_seconds",
 )
 
 

@@ -9,14 +9,17 @@ and sets the environment the report core reads (``STEPWATCH_URL``, ``STEPWATCH_T
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -33,12 +36,19 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL of a real ``stepwatch server`` subprocess, shared by the tests of one module."""
-    db = tmp_path_factory.mktemp("server") / "stepwatch.db"
+    with serve(tmp_path_factory.mktemp("server") / "stepwatch.db") as url:
+        yield url
+
+
+@contextmanager
+def serve(db: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Run a real ``stepwatch server`` on ``db`` (with ``env`` added: its time knobs) until the block ends."""
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "stepwatch", "server", "--port", str(port), "--db", str(db), "--log-level", "warning"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -51,9 +61,11 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 process.kill()
                 raise RuntimeError(f"stepwatch server did not start: {process.stderr.read()!r}") from None
             time.sleep(0.1)
-    yield url
-    process.terminate()
-    process.wait(10)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 @dataclass
@@ -102,16 +114,40 @@ class LiveJob:
 @pytest.fixture
 def live_job(live_server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> LiveJob:
     """A fresh job on the live server, with the report core's environment pointing at it."""
+    return register(live_server, monkeypatch, request)
+
+
+STRICT_STALLS: Final = {"stall_floor_s": 3, "standstill_floor_s": 3}
+"""Health knobs of :func:`strict_server`: a step standing 3 s while reports arrive is a stall (30 s by
+default), so that a test of a few seconds shows what an evaluation of a minute would."""
+
+
+@pytest.fixture(scope="module")
+def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real server whose stall limits are :data:`STRICT_STALLS`, swept every 0.5 s."""
+    env = {"STEPWATCH_HEALTH": json.dumps(STRICT_STALLS), "STEPWATCH_HEALTH_SWEEP_S": "0.5"}
+    with serve(tmp_path_factory.mktemp("strict") / "stepwatch.db", env) as url:
+        yield url
+
+
+@pytest.fixture
+def strict_job(strict_server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> LiveJob:
+    """A fresh job on :func:`strict_server`, with the report core's environment pointing at it."""
+    return register(strict_server, monkeypatch, request)
+
+
+def register(server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> LiveJob:
+    """Register a job named for the test on ``server`` and point the report core's environment at it."""
     name = f"{request.node.name.split('[')[0].replace('_', '-')[:50]}-{next(_names)}".strip("-").lower()
-    response = httpx.post(f"{live_server}/api/v1/namespaces/default/jobs", json={"name": name}, timeout=10)
+    response = httpx.post(f"{server}/api/v1/namespaces/default/jobs", json={"name": name}, timeout=10)
     response.raise_for_status()
     token = response.json()["token"]
-    monkeypatch.setenv("STEPWATCH_URL", live_server)
+    monkeypatch.setenv("STEPWATCH_URL", server)
     monkeypatch.setenv("STEPWATCH_TOKEN", token)
     monkeypatch.setenv("STEPWATCH_JOB", name)
     monkeypatch.setenv("STEPWATCH_NAMESPACE", "default")
     monkeypatch.setenv("STEPWATCH_INTERVAL", "0.1")
-    return LiveJob(url=live_server, name=name, token=token)
+    return LiveJob(url=server, name=name, token=token)
 
 
 @pytest.fixture

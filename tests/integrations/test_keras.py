@@ -200,3 +200,35 @@ def test_joins_the_users_run_and_leaves_it_open(live_job: LiveJob) -> None:
         job = live_job.wait(lambda job: job["progress"]["step"] == BATCHES)
         assert (job["state"], job["progress"]["total_steps"]) == ("running", BATCHES)
     assert live_job.get()["state"] == "finished"
+
+
+class _SlowValidation(keras.callbacks.Callback):  # type: ignore[misc]
+    """Each validation batch takes 1.5 s: 4 batches, a 6 s validation per epoch with the step standing."""
+
+    def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
+        time.sleep(1.5)
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_validation_is_announced_and_no_stall(
+    strict_job: LiveJob, monkeypatch: pytest.MonkeyPatch, announced: bool
+) -> None:
+    """On a server that calls a 3 s standstill a stall (tests/integrations/conftest.py: STRICT_STALLS), a fit
+    with 6 s validations stays healthy because the callback says ``eval`` from on_test_begin to
+    on_test_end; without that (the hook taken out) the same fit is flagged stalled."""
+    if not announced:
+        monkeypatch.setattr(StepwatchCallback, "on_test_begin", lambda self, logs=None: None)
+    x, y, x_val, y_val = _data()
+    _model().fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        validation_data=(x_val, y_val),
+        verbose=0,
+        callbacks=[StepwatchCallback(batch_size=16), _SlowValidation()],
+    )
+    job = strict_job.get()
+    assert job["state"] == "finished" and job["progress"]["step"] == 2 * BATCHES
+    states = [span["state"] for span in job["health"]["history"]]
+    assert ("stalled" not in states) is announced, job["health"]

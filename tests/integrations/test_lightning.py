@@ -348,3 +348,28 @@ def test_joins_the_users_run_and_leaves_it_open(live_job: LiveJob, tmp_path: Pat
         # the user's params, and the module's hyperparameters added by the callback that joined
         assert job["params"]["experiment"] == "two fits" and job["params"]["model"] == "TinyRegressor"
     assert live_job.get()["state"] == "finished"
+
+
+class _SlowValidation(TinyRegressor):
+    """Each validation batch takes 2.5 s: a 5 s validation per epoch, the step standing."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if not self.trainer.sanity_checking:
+            time.sleep(2.5)
+        super().validation_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_validation_is_announced_and_no_stall(
+    strict_job: LiveJob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool
+) -> None:
+    """On a server that calls a 3 s standstill a stall, a fit with 5 s validations stays healthy: the
+    callback says ``eval`` from on_validation_start to on_validation_end; without that hook, stalled."""
+    if not announced:
+        monkeypatch.setattr(StepwatchCallback, "on_validation_start", lambda self, trainer, pl_module: None)
+    train, valid = _loaders()
+    _trainer(tmp_path, callbacks=[StepwatchCallback()]).fit(_SlowValidation(), train, valid)
+    job = strict_job.get()
+    assert job["state"] == "finished" and job["progress"]["step"] == 2 * BATCHES
+    states = [span["state"] for span in job["health"]["history"]]
+    assert ("stalled" not in states) is announced, job["health"]

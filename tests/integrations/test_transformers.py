@@ -13,6 +13,7 @@ pytest.importorskip("torch", reason="the transformers integration tests need PyT
 pytest.importorskip("transformers", reason="the transformers integration is tested only where it is installed")
 
 import hf_tiny
+from transformers import TrainerCallback
 from transformers.integrations.integration_utils import KubeflowCallback
 
 import stepwatch
@@ -130,3 +131,37 @@ def test_install_gives_every_trainer_one_callback_and_replaces_kubeflows(
     monkeypatch.delenv("STEPWATCH_DISABLED")
     assert "StepwatchCallback" not in callbacks(hf_tiny.trainer(str(tmp_path)))
     assert KubeflowCallback is not None
+
+
+class _SlowEvaluation(TrainerCallback):  # type: ignore[misc]
+    """Makes each evaluation batch take 0.4 s: 16 batches, a 6.4 s evaluation with the step standing."""
+
+    def on_prediction_step(self, *args: Any, **kwargs: Any) -> None:
+        threading.Event().wait(0.4)
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_an_evaluation_is_no_stall_because_the_callback_says_so(
+    strict_job: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool
+) -> None:
+    """A real Trainer whose evaluation stands the step for 6.4 s, on a server that calls a 3 s standstill a
+    stall (what a 60 s evaluation is to the 30 s default): the callback's phase keeps the job healthy; the
+    same run with the phase taken out (as before the callback sent it) is flagged stalled at it."""
+    if not announced:
+        monkeypatch.setattr(StepwatchCallback, "on_prediction_step", lambda self, *a, **k: None)
+    trainer = hf_tiny.trainer(
+        str(tmp_path),
+        callbacks=[StepwatchCallback(), _SlowEvaluation()],
+        max_steps=8,
+        eval_strategy="steps",
+        eval_steps=6,
+        per_device_eval_batch_size=1,
+    )
+    trainer.train()
+    job = strict_job.get()
+    assert job["state"] == "finished" and job["progress"]["step"] == 8
+    states = [span["state"] for span in job["health"]["history"]]
+    if announced:
+        assert "stalled" not in states, job["health"]
+    else:
+        assert "stalled" in states, job["health"]

@@ -54,14 +54,20 @@ class Sim:
         self.windows: list[W] = []
 
     def report(
-        self, loss: Callable[[int], float] | None, advance: int = STEPS, ranks: dict[int, int] | None = None
+        self,
+        loss: Callable[[int], float] | None,
+        advance: int = STEPS,
+        ranks: dict[int, int] | None = None,
+        evaluating: float | None = None,
     ) -> Verdict:
+        """One report ``EVERY`` seconds after the last; ``evaluating``: the seconds into an evaluation
+        every rank says (``progress.phase == "eval"``), ``None`` while they train."""
         self.t += EVERY
         first = self.step + 1
         self.step += advance
-        self.tr.observe_progress(self.t, 0, self.step, self.total)
+        self.tr.observe_progress(self.t, 0, self.step, self.total, evaluating=evaluating)
         for rank, step in (ranks or {}).items():
-            self.tr.observe_progress(self.t, rank, step)
+            self.tr.observe_progress(self.t, rank, step, evaluating=evaluating)
         if loss is not None and advance > 0:
             values = [loss(s) * math.exp(self.rng.gauss(0, self.noise)) for s in range(first, self.step + 1)]
             finite = [v for v in values if math.isfinite(v)]
@@ -369,6 +375,78 @@ def test_a_long_pause_seen_once_is_allowed_next_time() -> None:
     assert sim.first("stalled", after=after) is None
 
 
+def evaluate(sim: Sim, seconds: float, ranks: Callable[[], dict[int, int]] | None = None) -> None:
+    """An evaluation of ``seconds`` as an integration reports it: the step stands, each report says
+    ``phase: eval`` with the seconds since it began; the report after it trains again."""
+    began = sim.t
+    while sim.t + EVERY < began + seconds:
+        sim.report(None, advance=0, ranks=ranks() if ranks else None, evaluating=sim.t + EVERY - began)
+
+
+def test_an_announced_evaluation_is_no_stall_and_a_hang_after_it_still_is() -> None:
+    """The 60 s evaluation that is flagged when unannounced (the test above) passes when the reports say
+    so, the first time included; a hang right after it is flagged within 45 s of the evaluation's end
+    (its 60 s count neither as a step time nor as a pause that would raise the limit)."""
+    sim = Sim()
+    run_steps(sim, decay, 300)
+    for _ in range(3):
+        evaluate(sim, 60)
+        run_steps(sim, decay, 100)
+    assert "stalled" not in sim.states()
+    evaluate(sim, 60)
+    end = sim.t
+    run_steps(sim, None, 40, advance=0)  # training again, but the step stands: a hang
+    found = sim.first("stalled", after=end)
+    assert found is not None and end + 30 < found <= end + 45
+    assert sim.verdicts[-1][2].evidence["metric"] == "step" and "phase" not in sim.verdicts[-1][2].evidence
+
+
+def test_an_evaluation_that_never_ends_is_flagged_after_the_longer_limit() -> None:
+    """A rank that says it evaluates and never comes back: stalled after max(eval_floor_s, eval_factor x the
+    longest evaluation seen), counted from the evaluation's start, with that in the evidence."""
+    sim = Sim()
+    run_steps(sim, decay, 300)
+    evaluate(sim, 200)  # finished: the limit becomes max(600 s, 4 x 200 s) = 800 s
+    run_steps(sim, decay, 100)
+    began = sim.t
+    evaluate(sim, 1000)
+    found = sim.first("stalled", after=began)
+    assert found is not None and began + 800 < found <= began + 800 + 2 * EVERY
+    v = next(v for t, _, v in sim.verdicts if t == found)
+    assert v.evidence["phase"] == "eval" and v.evidence["longest_eval"] == pytest.approx(200, abs=2 * EVERY)
+    assert "evaluating for" in v.evidence["message"]
+    # with the knobs lowered (as a short test of a server would): the same rule, at the knobs' limit
+    sim = Sim(HealthTracker(HealthParams(eval_floor_s=40.0, eval_factor=1.5)))
+    run_steps(sim, decay, 300)
+    began = sim.t
+    evaluate(sim, 100)
+    found = sim.first("stalled", after=began)
+    assert found is not None and began + 40 < found <= began + 40 + 2 * EVERY
+
+
+def test_an_evaluation_of_every_rank_names_no_rank_and_a_rank_hung_in_it_is_named() -> None:
+    sim = Sim()
+    for _ in range(100):
+        sim.report(decay, ranks={1: sim.step + STEPS, 2: sim.step + STEPS})
+    evaluate(sim, 90, ranks=lambda: {1: sim.step, 2: sim.step})
+    for _ in range(100):
+        sim.report(decay, ranks={1: sim.step + STEPS, 2: sim.step + STEPS})
+    assert "stalled" not in sim.states()
+    # rank 2 never reaches the evaluation the others are in (its loader hangs): it is the one named, at
+    # the training limit, although every rank stands at the same step and rank 0 would come first
+    began = sim.t
+    for _ in range(30):
+        sim.t += EVERY
+        sim.tr.observe_progress(sim.t, 0, sim.step, None, evaluating=sim.t - began)
+        sim.tr.observe_progress(sim.t, 1, sim.step, evaluating=sim.t - began)
+        sim.tr.observe_progress(sim.t, 2, sim.step)
+        sim.verdict()
+    found = sim.first("stalled", after=began)
+    assert found is not None and found <= began + 45
+    v = sim.verdicts[-1][2]
+    assert v.state == "stalled" and v.evidence["rank"] == 2
+
+
 def test_a_hanging_rank_and_a_straggler() -> None:
     sim = Sim()
     for _ in range(100):
@@ -521,3 +599,39 @@ def test_a_drop_hovering_at_its_threshold_confirms_a_plateau_sooner_with_the_hys
             delays[hysteresis].append(found - t_plateau)
     assert all(a <= b for a, b in zip(delays[True], delays[False], strict=True))
     assert sum(d <= target for d in delays[True]) >= 6 > sum(d <= target for d in delays[False])
+
+
+def _flat_from_the_start(params: HealthParams, minutes: float, per_report: int) -> tuple[float | None, HealthTracker]:
+    """A loss flat from its 5th second in a job planned for ``minutes`` with ``per_report`` steps per 2 s
+    report: when ``not_learning`` comes, as a share of the planned duration."""
+    planned = minutes * 60
+    rate = per_report / EVERY
+    sim = Sim(HealthTracker(params), total=round(planned * rate))
+    start = sim.t
+    while sim.t - start < 0.4 * planned:
+        if sim.report(lambda s: 1.0 + 2.0 * math.exp(-s / rate), advance=per_report).state == "not_learning":
+            return (sim.t - start) / planned, sim.tr
+    return None, sim.tr
+
+
+def test_a_fast_job_flat_from_its_start_is_flagged_within_a_tenth_of_its_plan() -> None:
+    """Issue 19 item 6: 20 min at 50 steps/s, flat from its 5th second, was flagged at 25 % of its plan
+    (a 120 s warm-up, then a 120 s window, then its confirmation). The floors now weigh evidence: with
+    1,000 steps in 30 s, the warm-up and window floors are 30 s (the window is 7 % of the plan, 84 s),
+    and the first test may reach back into the warm-up. With the slow floors the same job is late."""
+    share, tracker = _flat_from_the_start(HealthParams(), 20, 100)
+    assert share is not None and share <= 0.11
+    assert tracker._plateau_window() == pytest.approx(84, rel=0.05)
+    slow, _ = _flat_from_the_start(HealthParams(plateau_fast_min_s=120, warmup_fast_s=120), 20, 100)
+    assert slow is not None and slow > share + 0.03
+    # a slow job (4 steps/s: 120 steps in 30 s) keeps the 120 s floors: too few steps to judge sooner
+    _, tracker = _flat_from_the_start(HealthParams(), 20, 8)
+    assert tracker._plateau_window() == 120 and tracker._warmup() == 120
+
+
+def test_a_long_jobs_warm_up_is_capped_so_a_plateau_from_its_start_is_found_within_15_minutes() -> None:
+    """10 h at 4 steps/s: 5 % of the plan is a 30 min warm-up; capped at 10 min (``warmup_cap_s``), and the
+    first 10 min window reaching back into it, a loss flat from its start is flagged within 15 min."""
+    share, tracker = _flat_from_the_start(HealthParams(), 600, 8)
+    assert tracker._warmup() == 600
+    assert share is not None and share * 600 * 60 <= 900

@@ -217,3 +217,43 @@ def test_after_a_restart_a_silent_job_is_stalled_without_replaying_its_history(
         assert sweep() == 1
         health = again.get(api.job_path("quiet-restart")).json()["health"]
         assert health["state"] == "stalled" and health["evidence"]["message"].startswith("no report for 13")
+
+
+def test_an_evaluation_the_reports_announce_is_no_stall_and_a_hang_after_it_is(
+    api: Any, make_report: MakeReport
+) -> None:
+    """A 60 s evaluation (step standing, ``progress.phase: eval``) through the real ingest path is not
+    stalled, the first one included; a hang right after it (phase training, step standing) is, within 45 s."""
+    token = api.register("evals")
+    seq = _report_every(api, "evals", token, make_report, [1.0 - 0.001 * i for i in range(30)])
+    step = seq - 1
+    for n in range(30):  # 60 s of evaluation, swept as the server does
+        api.clock.advance(2)
+        body = make_report(seq, step, {})
+        body["progress"].update(phase="eval", phase_seconds=2.0 * (n + 1))
+        api.report_ok("evals", token, body)
+        seq += 1
+        _sweep(api)
+        assert api.job("evals")["health"]["state"] == "healthy"
+    seq = _report_every(api, "evals", token, make_report, [0.9] * 5, seq=seq)
+    assert [e["data"]["health"] for e in _health_events(api, "evals")] == []
+    stuck = seq - 1
+    for _ in range(25):  # training again, the step stands: a hang
+        api.clock.advance(2)
+        api.report_ok("evals", token, make_report(seq, stuck, {}))
+        seq += 1
+        _sweep(api)
+    health = api.job("evals")["health"]
+    assert health["state"] == "stalled" and health["evidence"]["metric"] == "step"
+
+
+@pytest.mark.parametrize(
+    ("progress", "field"),
+    [({"phase": "testing"}, "progress.phase"), ({"phase": "eval", "phase_seconds": -1}, "progress.phase_seconds")],
+)
+def test_a_bad_phase_is_refused(api: Any, make_report: MakeReport, progress: dict[str, Any], field: str) -> None:
+    token = api.register("bad-phase")
+    body = make_report(1, 1, {"loss": 1.0})
+    body["progress"].update(progress)
+    answer = api.report("bad-phase", token, body)
+    assert answer.status_code == 422 and answer.json()["details"]["field"] == field

@@ -195,6 +195,20 @@ def test_a_learning_rate_of_zero_is_not_learning_soon_and_its_return_recovers() 
     assert back.evidence["recovered_from"] == "not_learning"
 
 
+def test_a_learning_rate_at_zero_before_the_warm_up_ends_is_not_learning_after_it() -> None:
+    """A rate that reaches 0 at step 200 (50 s, inside the 150 s warm-up of this 50 min job) is judged from
+    the warm-up's end: flagged after the confirmation from there (it used to be skipped for good)."""
+    job = Job_(lambda s: power(min(s, 200)), lr=lambda s: 1e-3 if s < 200 else 0.0)
+    simulate(job, reports=2_000 // STEPS)
+    found = first(job)
+    assert found is not None
+    window = 0.07 * TOTAL / STEPS * EVERY
+    warm_up_end = 1000.0 + EVERY + HealthParams().warmup_fraction * TOTAL / STEPS * EVERY
+    assert 0 <= found[0] - (warm_up_end + HealthParams().plateau_confirm * window) <= 2 * EVERY
+    v = next(v for _, s, v in job.verdicts if v.state == "not_learning")
+    assert v.evidence["metric"] == "learning_rate"
+
+
 def test_a_learning_rate_that_decays_to_zero_at_the_schedules_end_is_not_flagged() -> None:
     """Cosine to 0: under 0.1 % of the peak only in the last 2 % of the steps, where nothing new is raised."""
 

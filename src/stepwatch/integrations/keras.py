@@ -176,6 +176,17 @@ class StepwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
                 run.epoch(self._epoch + min((batch + 1) / self._steps, 1.0))
 
     @guarded
+    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        """Validation (``fit``'s ``validation_data``, or ``evaluate``): the step stands by design."""
+        if self.run is not None:
+            self.run.set_phase("eval")
+
+    @guarded
+    def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self.run is not None:
+            self.run.set_phase("train")
+
+    @guarded
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         """Validation metrics and the learning rate; all batch ends of the epoch have run by now."""
         run = self.run

@@ -174,9 +174,18 @@ class _Reporter:
             self.run.epoch(trainer.current_epoch + 1)
 
     @guarded
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        """The step stands by design while the loop validates: the reports say so."""
+        if self.run is not None:
+            self.run.set_phase("eval")
+
+    @guarded
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        """Validation metrics, at the current step (not the sanity check's)."""
-        if self.run is None or trainer.sanity_checking:
+        """Training again; the validation metrics, at the current step (not the sanity check's)."""
+        if self.run is None:
+            return
+        self.run.set_phase("train")
+        if trainer.sanity_checking:
             return
         metrics = self._fresh(trainer.callback_metrics, drop="_epoch")
         if metrics:

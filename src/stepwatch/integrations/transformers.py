@@ -119,6 +119,7 @@ class StepwatchCallback(TrainerCallback):
         if run is None:
             return
         run.step(state.global_step)
+        run.set_phase("train")  # an evaluation that ended without on_evaluate (a predict() in between)
         if state.epoch is not None:
             run.epoch(state.epoch)
         stop, checkpoint, reason = _agreed(run, state.global_step, args)
@@ -129,6 +130,28 @@ class StepwatchCallback(TrainerCallback):
             self._stopping = True
             self._reason = reason or "stopped by a stepwatch command"
             control.should_training_stop = True
+
+    @guarded
+    def on_prediction_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """Each batch of an evaluation (or a prediction): the step stands by design, say so."""
+        if self.run is not None:
+            self.run.set_phase("eval")
+
+    @guarded
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        """After an evaluation (its metrics come with the next on_log): training again."""
+        if self.run is not None:
+            self.run.set_phase("train")
+
+    @guarded
+    def on_predict(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, metrics: Any = None, **kwargs: Any
+    ) -> None:
+        """After a prediction run (``Trainer.predict``): training again, if it trains."""
+        if self.run is not None:
+            self.run.set_phase("train")
 
     @guarded
     def on_log(

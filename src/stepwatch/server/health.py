@@ -184,8 +184,11 @@ class HealthMonitor:
         now: float,
         total_steps: int | None = None,
         gpus: Sequence[GpuReading] = (),
+        *,
+        evaluating: float | None = None,
     ) -> HealthUpdate | None:
-        """Feed one stored report; the update to record when the job's health changed."""
+        """Feed one stored report; the update to record when the job's health changed (``evaluating``:
+        the seconds the rank says it has been evaluating, ``None`` while it trains)."""
         job = result.job
         entry = self._trackers.get(job.id)
         if entry is None:
@@ -210,7 +213,7 @@ class HealthMonitor:
             for w in result.new_points:  # after the loss, as a replay orders them
                 if w.name in (lr, evaluation):
                     _observe_second(tracker, w.name, now, w.last_step, w.last)
-        tracker.observe_progress(now, rank, step, total_steps)
+        tracker.observe_progress(now, rank, step, total_steps, evaluating=evaluating)
         if readings:
             tracker.observe_gpu(rank, self._gpus[job.id][rank])
         return self._judge(job, tracker, metric, now)
@@ -319,6 +322,8 @@ async def assess(
     total_steps: int | None,
     now: float,
     gpus: Sequence[GpuReading] = (),
+    *,
+    evaluating: float | None = None,
 ) -> tuple[Job, HealthUpdate | None]:
     """Judge a job after one of its reports was stored; the job as it now stands, and its change of health.
 
@@ -329,7 +334,7 @@ async def assess(
     job = result.job
     try:
         if job.id in monitor:
-            update = monitor.observe(result, rank, step, now, total_steps, gpus)
+            update = monitor.observe(result, rank, step, now, total_steps, gpus, evaluating=evaluating)
         elif job.state not in FINAL_STATES:
             await track(monitor, store, offload, job)
             update = monitor.judge(job, now)

@@ -67,15 +67,21 @@ async def after_ingest(
     step: int | None,
     total_steps: int | None,
     gpus: Sequence[GpuReading] = (),
+    *,
+    evaluating: float | None = None,
 ) -> Job:
-    """Publish what a stored report changed, judge the job's health, let its policy act; the job as it stands."""
+    """Publish what a stored report changed, judge the job's health, let its policy act; the job as it stands.
+
+    ``evaluating``: the seconds the reporting rank says it has been evaluating, ``None`` while it trains."""
     job = result.job
     now = svc.clock()
     if result.sample is not None:
         svc.progress.add(job.id, result.sample)
     if job.state in FINAL_STATES:
         svc.progress.forget(job.id)
-    job, update = await health.assess(svc.health, svc.store, blocking, result, rank, step, total_steps, now, gpus)
+    job, update = await health.assess(
+        svc.health, svc.store, blocking, result, rank, step, total_steps, now, gpus, evaluating=evaluating
+    )
     job = await review(svc, job, now)
     svc.live.publish("job", job.namespace, job.name, {"job": job_view(job, now, compact=True)})
     if result.new_points:

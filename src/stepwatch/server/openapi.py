@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, REPORT_STATES
+from ..protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES
 from .policies.model import ACTIONS, TRIGGERS
 from .views import LIST_COLUMNS
 
@@ -104,8 +104,10 @@ _SCHEMAS: dict[str, Any] = {
                         "samples_per_second",
                         "step_time",
                         "eta_seconds",
+                        "phase_seconds",
                     )
-                },
+                }
+                | {"phase": {"type": "string", "enum": list(PHASES)}},
             },
             "metrics": {
                 "type": "array",

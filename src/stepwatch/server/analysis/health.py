@@ -14,8 +14,10 @@ The states, strongest first (when several hold, the first one wins):
   the metric's *level* worse than ``diverge_factor`` times its best level (a sustained blow-up);
 - ``stalled``: no report from rank 0 for ``max(stall_intervals x the usual report interval,
   stall_floor_s)``; or the step stands still for longer than that, ``standstill_floor_s``,
-  ``standstill_steps`` step times and the longest recent pause (evaluation, checkpoint) with margin;
-  or one rank hangs: its heartbeats stop, or its step stands while the other ranks move on;
+  ``standstill_steps`` step times and the longest recent pause (evaluation, checkpoint) with margin,
+  or, for a rank whose reports say it evaluates, ``max(eval_floor_s, eval_factor x the longest
+  evaluation finished)`` from the evaluation's start; or one rank hangs: its heartbeats stop, or its
+  step stands while the other ranks move on;
 - ``straggling``: a rank steps at less than ``straggler_fraction`` of the median rank's rate;
 - ``not_learning``: the metric no longer improves, measured against its own noise: over the plateau
   window (7 % of the planned duration, between 2 and 10 minutes) it improved by less than
@@ -88,12 +90,25 @@ StoredWindow = WindowLike
 class _Rank:
     """What is known of one rank's progress."""
 
-    __slots__ = ("busy", "change_t", "checkpoints", "last_t", "moved", "slow_since", "spt", "step")
+    __slots__ = (
+        "busy",
+        "change_t",
+        "checkpoints",
+        "clock_t",
+        "eval_t",
+        "last_t",
+        "moved",
+        "slow_since",
+        "spt",
+        "step",
+    )
 
     def __init__(self, t: float, step: int | None) -> None:
         self.last_t = t
         self.step = step
         self.change_t = t
+        self.clock_t = t  # where its standstill is counted from: its last change of step, or the end of an evaluation
+        self.eval_t: float | None = None  # when the evaluation it says it is in began (server time)
         self.checkpoints: deque[tuple[float, int]] = deque(maxlen=9)
         if step is not None:
             self.checkpoints.append((t, step))
@@ -112,9 +127,25 @@ class _Rank:
             self.moved = False
         elif old is not None:
             if self.moved:
-                self.spt.append((t - self.change_t) / (step - old))
+                self.spt.append((t - self.clock_t) / (step - old))  # an evaluation's time is no step time
             self.moved = True
-        self.step, self.change_t = step, t
+        self.step, self.change_t, self.clock_t = step, t, t
+
+    def phase(self, t: float, previous_t: float, evaluating: float | None) -> float | None:
+        """Note the phase of a report at ``t`` (``evaluating``: seconds into an evaluation, ``None``:
+        training); the length of the evaluation it ends, if it ends one. An evaluation began at its
+        report's time less the seconds it says, not before the rank's previous report (which said
+        otherwise) nor after this one."""
+        if evaluating is not None:
+            if self.eval_t is None:
+                self.eval_t = min(t, max(t - evaluating, previous_t))
+            return None
+        if self.eval_t is None:
+            return None
+        length = t - self.eval_t
+        self.eval_t = None
+        self.clock_t = max(self.clock_t, t)  # the standstill is counted afresh from the end of the evaluation
+        return length
 
 
 class HealthTracker:
@@ -139,6 +170,7 @@ class HealthTracker:
         self._gaps: deque[float] = deque(maxlen=self.params.interval_memory)
         self._spt: deque[float] = deque(maxlen=31)
         self._pauses: deque[float] = deque(maxlen=self.params.pause_memory)
+        self._longest_eval = 0.0  # the longest evaluation any rank finished (seconds)
         # ranks
         self._ranks: dict[int, _Rank] = {}
         self._scan_t = -math.inf
@@ -357,8 +389,10 @@ class HealthTracker:
             if self._lr_flat:
                 self._recovered = {"state": "not_learning", "message": f"the learning rate is {lr:.3g} again"}
             self._lr_flat = False
-        elif not self._lr_flat and self._m_t0 is not None and zero[0] >= self._judged_from():
-            held = t - zero[0] >= self.params.plateau_confirm * self._plateau_window()
+        elif not self._lr_flat and self._m_t0 is not None:
+            # held for the confirmation past the warm-up: a rate that reached zero inside the warm-up
+            # (a short schedule, a bad config) counts from the warm-up's end, never not at all
+            held = t - max(zero[0], self._judged_from()) >= self.params.plateau_confirm * self._plateau_window()
             self._lr_flat = held and not self._finishing()
 
     def observe_eval(self, t: float, step: int, value: float, metric: str = "eval_loss") -> None:
@@ -377,11 +411,21 @@ class HealthTracker:
             return
         self._eval.observe(clock, value)
 
-    def observe_progress(self, t: float, rank: int, step: int | None, total_steps: int | None = None) -> None:
+    def observe_progress(
+        self,
+        t: float,
+        rank: int,
+        step: int | None,
+        total_steps: int | None = None,
+        *,
+        evaluating: float | None = None,
+    ) -> None:
         """One report of any rank (rank 0's, and the heartbeats of the others), at arrival time ``t``.
 
         ``total_steps``, when the report carries it, lets the plateau window and the warm-up scale with
-        the job's planned duration.
+        the job's planned duration. ``evaluating``: the seconds the rank says it has been evaluating
+        (``progress.phase == "eval"``), ``None`` while it trains: its step may then stand for the
+        evaluation's longer limit (``eval_floor_s``, ``eval_factor``).
         """
         clock = self._clock(t)
         if clock is None:
@@ -389,11 +433,19 @@ class HealthTracker:
         t = clock
         if total_steps is not None and total_steps > 0:
             self._total = total_steps
+        if evaluating is not None and not (evaluating >= 0 and math.isfinite(evaluating)):
+            evaluating = 0.0
         r = self._ranks.get(rank)
+        resumed = -math.inf  # the end of the rank's last evaluation, or its last change of step
         if r is None:
             if len(self._ranks) < self.params.max_ranks:
-                self._ranks[rank] = _Rank(t, step)
+                r = self._ranks[rank] = _Rank(t, step)
+                r.phase(t, -math.inf, evaluating)
         else:
+            length = r.phase(t, r.last_t, evaluating)
+            if length is not None:
+                self._longest_eval = max(self._longest_eval, length)
+            resumed = r.clock_t
             r.last_t = t
             if step is not None:
                 if r.step is None or step != r.step:
@@ -402,7 +454,7 @@ class HealthTracker:
                 if not cps or t - cps[-1][0] >= self.params.rate_window_s / 8:
                     cps.append((t, step))
         if rank == 0:
-            self._progress0(t, step)
+            self._progress0(t, step, resumed)
 
     def observe_gpu(self, rank: int, utilization: float) -> None:
         """The mean utilisation (percent) of a rank's GPUs in its newest report: when every rank's step
@@ -412,7 +464,9 @@ class HealthTracker:
         if r is not None and math.isfinite(utilization):
             r.busy = utilization
 
-    def _progress0(self, t: float, step: int | None) -> None:
+    def _progress0(self, t: float, step: int | None, resumed: float) -> None:
+        """Rank 0's report: its report gaps, step times and pauses (``resumed``: the end of its last
+        evaluation, which neither counts as step time nor as a pause)."""
         if self._r0_t is not None and t > self._r0_t:
             self._gaps.append(t - self._r0_t)
         self._r0_t = t
@@ -427,7 +481,7 @@ class HealthTracker:
             return
         if step == old:
             return
-        standing = t - self._r0_change_t
+        standing = t - max(self._r0_change_t, resumed)
         if self._r0_moved:
             self._spt.append(standing / (step - old))
             if standing > self._silence_limit():
@@ -463,25 +517,45 @@ class HealthTracker:
             limit = max(limit, p.startup_s)
         return limit, spt
 
-    def _planned(self) -> float | None:
-        """Planned duration of the job in seconds, from the total steps and this segment's pace."""
-        if self._total is None or self._seg_t0 is None or self._r0_step is None:
+    def _eval_limit(self) -> float:
+        """How long an evaluation may last before its rank is stalled: ``eval_floor_s``, or
+        ``eval_factor`` x the longest evaluation the job finished."""
+        p = self.params
+        return max(p.eval_floor_s, p.eval_factor * self._longest_eval)
+
+    def _rate(self) -> float | None:
+        """Rank 0's steps per second in this segment (from its first step on), once known."""
+        if self._seg_t0 is None or self._r0_step is None or self._r0_t is None:
             return None
         steps = self._r0_step - self._seg_step0
-        if steps <= 0 or self._r0_t is None or self._r0_t <= self._seg_t0:
+        if steps <= 0 or self._r0_t <= self._seg_t0:
             return None
-        return self._total * (self._r0_t - self._seg_t0) / steps
+        return steps / (self._r0_t - self._seg_t0)
+
+    def _planned(self) -> float | None:
+        """Planned duration of the job in seconds, from the total steps and this segment's pace."""
+        rate = self._rate()
+        return self._total / rate if self._total is not None and rate else None
+
+    def _floor(self, slow: float, fast: float) -> float:
+        """A floor in seconds that weighs evidence: ``fast`` for a job that makes ``fast_floor_steps``
+        steps in it, else ``slow``."""
+        rate = self._rate()
+        return min(slow, fast) if rate is not None and rate * fast >= self.params.fast_floor_steps else slow
 
     def _plateau_window(self) -> float:
         p = self.params
         planned = self._planned()
         if planned is None:
             return p.plateau_window_s
-        return min(max(p.plateau_fraction * planned, p.plateau_min_s), p.plateau_window_s)
+        floor = self._floor(p.plateau_min_s, p.plateau_fast_min_s)
+        return min(max(p.plateau_fraction * planned, floor), p.plateau_window_s)
 
     def _warmup(self) -> float:
+        p = self.params
         planned = self._planned()
-        return max(self.params.warmup_s, self.params.warmup_fraction * planned if planned else 0.0)
+        share = min(p.warmup_fraction * planned, p.warmup_cap_s) if planned else 0.0
+        return max(self._floor(p.warmup_s, p.warmup_fast_s), share)
 
     # ------------------------------------------------------------------------------------------
     # Verdict
@@ -614,35 +688,51 @@ class HealthTracker:
         p = self.params
         silence = self._silence_limit()
         floor = now - p.standstill_floor_s
-        if not any(r.change_t < floor and r.last_t > r.change_t for r in self._ranks.values()):
+        if not any(r.clock_t < floor and r.last_t > r.clock_t for r in self._ranks.values()):
             return None  # the common case, without a limit computed: every rank stepped within the floor
-        over: list[tuple[tuple[int, bool, float, int], float, float | None]] = []
+        over: list[tuple[tuple[bool, int, bool, float, int], float, float | None]] = []
         passed = False  # some rank stood past its limit
         for rank, r in self._ranks.items():
             if r.step is None or now - r.last_t > silence:
                 continue  # a silent rank is judged by its silence
-            if r.last_t <= r.change_t:
-                continue  # not one report since its step last moved: it may be moving
-            standing = now - r.change_t
+            if r.last_t <= r.clock_t:
+                continue  # not one report since its step last moved (or its evaluation ended): it may be moving
             limit, spt = self._standstill_limit(r)
-            passed = passed or (standing > p.standstill_floor_s and standing > limit)
+            standing = now - r.clock_t
+            if r.eval_t is not None:  # evaluating: counted from the evaluation's start, with its own limit
+                standing, limit = now - r.eval_t, max(limit, self._eval_limit())
+            late = standing > p.standstill_floor_s and standing > limit
+            passed = passed or late
             idle = r.busy is not None and r.busy < _GPU_IDLE
-            over.append(((r.step, not idle, r.change_t, rank), limit, spt))
+            # a rank within its evaluation's allowance is named last: it says why it stands
+            over.append(((r.eval_t is not None and not late, r.step, not idle, r.clock_t, rank), limit, spt))
         if not passed:
             return None
         # the rank named is chosen among every rank that stands (a report since its step last moved), not
         # only those past their limit: the ranks a hung one blocks may be seen standing first
-        (step, busy, change_t, rank), limit, spt = min(over)
+        (_, step, busy, change_t, rank), limit, spt = min(over)  # change_t: its last step, or evaluation's end
         r = self._ranks[rank]
         standing = now - change_t
         how = "has not moved" if r.moved else "has not moved since the start"
+        if change_t > r.change_t:
+            how += " since its evaluation ended"
         who = f"rank {rank}'s step" if len(self._ranks) > 1 else "step"
         message = f"{who} {how} from {step:,} for {_dur(standing)} while reports arrive"
-        if spt is not None:
+        if r.eval_t is not None:
+            longest = (
+                f", {p.eval_factor:g}x the longest one finished ({_dur(self._longest_eval)})"
+                if self._longest_eval
+                else ""
+            )
+            message += (
+                f"; it has been evaluating for {_dur(now - r.eval_t)} "
+                f"(allowed {_dur(limit)}: at least {_dur(p.eval_floor_s)}{longest})"
+            )
+        elif spt is not None:
             message += f" (its recent p{p.standstill_quantile * 100:.0f} step time {spt:.3g} s, allowed {_dur(limit)})"
         others = sorted(k for k in self._ranks if k != rank)
         if others:
-            waiting = [k for (_, _, _, k), _, _ in over if k != rank]
+            waiting = [k for (*_, k), _, _ in over if k != rank]
             if len(waiting) == len(others):
                 message += f"; the other {len(others)} ranks stand too, behind it"
                 if not busy:
@@ -651,7 +741,9 @@ class HealthTracker:
                 message += f"; {len(others) - len(waiting)} of the other {len(others)} ranks move on"
         bound = round(limit, 1)
         ev = self._evidence("step", {"seconds": bound}, bound, round(standing, 1), change_t, message)
-        ev.update(rank=rank, step=step, step_time=spt, ranks_standing=sorted(k for (_, _, _, k), _, _ in over))
+        ev.update(rank=rank, step=step, step_time=spt, ranks_standing=sorted(k for (*_, k), _, _ in over))
+        if r.eval_t is not None:
+            ev.update(phase="eval", eval_seconds=round(now - r.eval_t, 1), longest_eval=round(self._longest_eval, 1))
         return Verdict("stalled", change_t, ev)
 
     def _rank_scan(self, now: float) -> Verdict | None:

@@ -29,8 +29,10 @@ class HealthParams:
     standstill_floor_s: float = 30.0
     """A rank's step may stand this long with its reports arriving before the job is stalled, however
     fast it steps: with a report every 2 s and a sweep every 5 s, a hang is flagged 30-37 s after the
-    rank's last step, within the target of 45 s (``docs/health.md``). Pauses longer than this
-    (evaluation, checkpoint) are flagged the first time and allowed after (``pause_factor``)."""
+    rank's last step, within the target of 45 s (``docs/health.md``). An evaluation the reports
+    announce (``progress.phase``) has its own limit (``eval_floor_s``); other pauses longer than this
+    (a checkpoint, an unannounced evaluation) are flagged the first time and allowed after
+    (``pause_factor``)."""
     standstill_steps: float = 2.5
     """A slow rank's step may stand for this many of its own recent step times (the
     ``standstill_quantile`` of them, measured between the reports that saw the step change, so a
@@ -47,6 +49,12 @@ class HealthParams:
     """How many recent pauses set the allowance (a pattern of evaluations, not one old freak)."""
     pause_cap_s: float = 1800.0
     """The learnt pause allowance never exceeds this: a hang that once resolved must not hide the next."""
+    eval_floor_s: float = 600.0
+    """A rank that says it evaluates (``progress.phase == "eval"``) may stand this long, counted from the
+    start of its evaluation, before it is stalled: an evaluation is not a hang, but one that never ends
+    is. Generous because a job's first evaluation has no precedent (10 min)."""
+    eval_factor: float = 4.0
+    """... or this many times the longest evaluation the job has finished, when that is longer."""
     startup_s: float = 600.0
     """Before the first step of a segment moves (loading, compiling, restoring a checkpoint)."""
     min_delta: float = 0.01
@@ -60,6 +68,12 @@ class HealthParams:
     the 15 min target."""
     plateau_min_s: float = 120.0
     """Shortest plateau window, for short jobs: below it the noise of the means makes false alarms."""
+    plateau_fast_min_s: float = 30.0
+    """Shortest plateau window of a fast job, one that makes ``fast_floor_steps`` steps in it: the
+    floor weighs evidence (steps), not only seconds (a 20 min job at 50 steps/s gets 7 % = 84 s)."""
+    fast_floor_steps: int = 1000
+    """Steps a job must make in ``plateau_fast_min_s`` (``warmup_fast_s``) for that shorter floor to
+    apply: 33 steps/s at 30 s. Slower jobs keep ``plateau_min_s`` and ``warmup_s``."""
     plateau_fraction: float = 0.07
     """Plateau window as a share of the planned duration (when the total steps are known): the
     delay after clear learning is about 1.2 of it, within the target of 10 %."""
@@ -123,7 +137,14 @@ class HealthParams:
     warmup_s: float = 120.0
     """Learning is not judged in the first seconds of a segment (learning-rate warm-up)..."""
     warmup_fraction: float = 0.05
-    """...nor in the first share of the planned duration, when the total steps are known."""
+    """...nor in the first share of the planned duration, when the total steps are known (at most
+    ``warmup_cap_s``). The first plateau test may reach back into the warm-up: it runs once the
+    warm-up is over and a whole plateau window is in, not a window after the warm-up."""
+    warmup_fast_s: float = 30.0
+    """The warm-up of a fast job (``fast_floor_steps`` steps in it), instead of ``warmup_s``."""
+    warmup_cap_s: float = 600.0
+    """The share of the planned duration never makes a warm-up longer than this (10 min): a 10 h
+    job's 5 % would be 30 min, past the 15 min target for a plateau."""
     anneal_fraction: float = 0.25
     """In the last share of the planned steps a falling rate of improvement is the schedule's
     annealing (cosine or linear decay to zero), not a plateau: there only a history that did not
@@ -178,6 +199,7 @@ _POSITIVE_KNOBS = (
     "pause_memory",
     "plateau_window_s",
     "plateau_min_s",
+    "plateau_fast_min_s",
     "plateau_blocks",
     "block_windows",
     "eval_min_points",

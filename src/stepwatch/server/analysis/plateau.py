@@ -80,6 +80,7 @@ class PlateauDetector:
         self._w = array("q")
         self._a = array("d")  # the learning-rate area at the block's end (NaN: no learning rate known)
         self._t0: float | None = None  # start of the current block
+        self._start = math.inf  # the first window's time: the blocks cover the segment from there
         self._span = 0.0  # its length (the plateau window over plateau_blocks when it began)
         self._sum = 0.0
         self._weight = 0
@@ -109,6 +110,7 @@ class PlateauDetector:
         self._step = step
         if self._t0 is None:
             self._t0, self._span = t, self._window() / self.params.plateau_blocks
+            self._start = t
         self._sum += mean * weight
         self._weight += weight
         self._n += 1
@@ -208,7 +210,9 @@ class PlateauDetector:
         window = self._window()
         judged_from = self._judged_from()
         times, means = self._t, self._m
-        if t - window < judged_from or not times or times[0] > t - window + window / p.plateau_blocks:
+        # judged once the warm-up is over and a whole window is in: the first window may reach back into
+        # the warm-up (a job flat from its start is seen a window after it starts, not warm-up + window)
+        if t < judged_from or not times or self._start > t - window + window / p.plateau_blocks:
             return None
         group = p.plateau_group * window
         history = max(p.plateau_history, 2.0) * window

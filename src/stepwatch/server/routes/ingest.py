@@ -50,7 +50,14 @@ async def report(request: Request) -> JSONResponse:
     commands = result.commands
     if not result.duplicate:
         after = await after_ingest(
-            svc, job, result, parsed.identity.rank, step, parsed.progress.total_steps, parsed.gpus
+            svc,
+            job,
+            result,
+            parsed.identity.rank,
+            step,
+            parsed.progress.total_steps,
+            parsed.gpus,
+            evaluating=parsed.progress.evaluating,
         )
         if after.policy_fired != result.job.policy_fired:  # its policy queued commands: they go with this answer
             commands = tuple(await blocking(svc.store.pending_commands, job.id))
