@@ -371,5 +371,5 @@ def test_validation_is_announced_and_no_stall(
     _trainer(tmp_path, callbacks=[StepwatchCallback()]).fit(_SlowValidation(), train, valid)
     job = strict_job.get()
     assert job["state"] == "finished" and job["progress"]["step"] == 2 * BATCHES
-    states = [span["state"] for span in job["health"]["history"]]
+    states = [span["state"] for span in job["health_history"]]
     assert ("stalled" not in states) is announced, job["health"]

@@ -160,7 +160,7 @@ def test_an_evaluation_is_no_stall_because_the_callback_says_so(
     trainer.train()
     job = strict_job.get()
     assert job["state"] == "finished" and job["progress"]["step"] == 8
-    states = [span["state"] for span in job["health"]["history"]]
+    states = [span["state"] for span in job["health_history"]]
     if announced:
         assert "stalled" not in states, job["health"]
     else:
