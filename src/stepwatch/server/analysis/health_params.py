@@ -104,6 +104,19 @@ class HealthParams:
     plateau_confirm: float = 0.4
     """A verdict changes only when the opposite condition has held for this share of the plateau
     window (longer than a group): one unlucky test is no alarm, one lucky test no recovery."""
+    plateau_first_share: float = 0.75
+    """The first plateau window of a segment is tested once this share of it is in, when that share
+    holds ``evidence_steps`` steps (a fast job flat from its start is seen at 0.75 + 0.4 window, not
+    1.4 window); its gain is per window all the same, only its noise is larger."""
+    noise_keep_z: float = 2.0
+    """While the plateau of a window of ``evidence_steps`` steps or more is being confirmed, an
+    improvement under ``min_delta`` ends the confirmation only at this many standard errors (not
+    ``noise_z``): the test runs once per block, and on a flat loss one test in forty reached 2 by
+    chance and sent the confirmation back to its start."""
+    evidence_steps: int = 3000
+    """Steps of evidence for ``plateau_first_share`` and ``noise_keep_z``: a job at 50 steps/s has 4,200
+    in the 84 s window of a 20 min plan; the benchmark's jobs at 4 steps/s have 840-2,400 per window and
+    are judged as before."""
     lr_zero_fraction: float = 0.001
     """A learning rate at most this share of its peak is zero: a job that reports one, past its
     warm-up and held for ``plateau_confirm`` of a window, is not learning whatever its loss does

@@ -173,6 +173,31 @@ class PlateauDetector:
             self.flat = True
         return False
 
+    def _steps_since(self, i: int) -> int:
+        """Steps since the end of the block before block ``i`` (the first block's end for 0)."""
+        return self._step - (self._s[i - 1] if i > 0 else self._s[0])
+
+    def _learning_z(self, steps: int) -> float:
+        """Standard errors of improvement that count as learning under ``min_delta``: ``noise_z``, or
+        ``noise_keep_z`` while a plateau of a window of ``evidence_steps`` steps or more is being
+        confirmed: with a test per block, one in forty reaches ``noise_z`` on a flat loss by chance, and
+        that sent the confirmation back to its start."""
+        p = self.params
+        confirming = not self.flat and self._hold_t is not None and steps >= p.evidence_steps
+        return p.noise_keep_z if confirming else p.noise_z
+
+    def _tested_span(self, t: float, window: float) -> float | None:
+        """The span the test covers: the window, or, for a first window of ``evidence_steps`` steps or
+        more, the share of it already in once that is ``plateau_first_share``; ``None`` before (its
+        rates are per window all the same, only their noise is larger)."""
+        p = self.params
+        if self._start <= t - window + window / p.plateau_blocks:  # a whole window is in
+            return window
+        span = t - self._start + window / p.plateau_blocks
+        if span < p.plateau_first_share * window or not self._s or self._step - self._s[0] < p.evidence_steps:
+            return None
+        return span
+
     def _lags(
         self, far: tuple[int, int], old: tuple[int, int], i_new: int, early_lag: float, lag: float
     ) -> tuple[float, float]:
@@ -212,13 +237,14 @@ class PlateauDetector:
         times, means = self._t, self._m
         # judged once the warm-up is over and a whole window is in: the first window may reach back into
         # the warm-up (a job flat from its start is seen a window after it starts, not warm-up + window)
-        if t < judged_from or not times or self._start > t - window + window / p.plateau_blocks:
+        span = self._tested_span(t, window)
+        if t < judged_from or not times or span is None:
             return None
-        group = p.plateau_group * window
+        group = p.plateau_group * span
         history = max(p.plateau_history, 2.0) * window
         # a block is in a span when its end time is; bisect on the (increasing) end times
-        i_last = bisect_right(times, t - window)
-        i_old = bisect_right(times, t - window + group)
+        i_last = bisect_right(times, t - span)
+        i_old = bisect_right(times, t - span + group)
         i_new = bisect_right(times, t - group)
         n_old, n_new, n_last = i_old - i_last, len(times) - i_new, len(times) - i_last
         i_span = bisect_right(times, t - history)
@@ -238,7 +264,7 @@ class PlateauDetector:
         se_old, se_new = sigma / math.sqrt(n_old), sigma / math.sqrt(n_new)
         se = math.hypot(se_old, se_new) * abs(unit) / lag
         z = p.noise_z
-        significant = gain >= z * se
+        significant = gain >= self._learning_z(self._steps_since(i_last)) * se
         learning = significant or gain >= p.min_delta
         long_gain = long_se = early = recent = change_se = keeps_learning = None
         dropped = False
@@ -276,7 +302,6 @@ class PlateauDetector:
                 significant or steady,
                 learning or (steady and (self._annealing() or early - recent < p.change_keep_z * change_se)),
             )
-        first_step = self._s[i_last - 1] if i_last > 0 else self._s[0]
         since_step = self._s[min(bisect_right(times, c_old), len(times) - 1)]
         return PlateauTest(
             t,
@@ -285,7 +310,7 @@ class PlateauDetector:
             se,
             m_old,
             m_new,
-            self._step - first_step,
+            self._steps_since(i_last),
             long_gain,
             long_se,
             learning,
