@@ -2,14 +2,12 @@
 a loop whose data loader thread deadlocks (the reporter thread keeps reporting, the step stands) is
 flagged stalled and ends stalled; a NumPy loop whose loss climbs is flagged diverging before its loss
 turns non-finite. The server runs with small time constants through its own settings
-(``STEPWATCH_HEALTH``, ``STEPWATCH_HEALTH_SWEEP_S``), so the tests take seconds, not minutes."""
+(``health``, ``health_sweep_s``), so the tests take seconds, not minutes."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,37 +18,18 @@ from typing import Any
 import httpx
 import pytest
 
+from stepwatch.testing.server import LocalServer
+
 FLOOR_S = 3.0
 KNOBS = {"standstill_floor_s": FLOOR_S, "stall_floor_s": 2.0, "startup_s": 5.0}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    """A real `stepwatch server` in a subprocess, with a 3 s standstill floor and a sweep every 0.5 s."""
-    port = free_port()
-    env = {**os.environ, "STEPWATCH_HEALTH": json.dumps(KNOBS), "STEPWATCH_HEALTH_SWEEP_S": "0.5"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stepwatch", "server", "--port", str(port), "--db", str(tmp_path / "sw.db")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            httpx.get(url + "/healthz", timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    yield url
-    process.terminate()
-    process.wait(10)
+    """A real stepwatch server on loopback (stepwatch.testing.LocalServer), with a 3 s standstill floor and
+    a sweep every 0.5 s."""
+    with LocalServer(tmp_path / "sw.db", health=KNOBS, health_sweep_s=0.5) as running:
+        yield running.url
 
 
 def _job(url: str, name: str) -> dict[str, Any]:
