@@ -356,3 +356,21 @@ def _populate(store: Any, n: int) -> None:
     for start in range(0, n, 1000):
         store.ingest_reports(batch[start : start + 1000])
     store.close()
+
+
+def test_an_eta_a_kubeflow_client_posted_is_labelled_as_reported(page: Any, fleet: Any) -> None:
+    """A job that reports only through the Kubeflow endpoint (update_trainjob_status sends an ETA and no
+    steps): the panel shows that ETA as the job's own, "Time remaining (reported)", never as stepwatch's."""
+    fleet.register("kf-eta")
+    status = {"trainerStatus": {"progressPercentage": 40, "estimatedRemainingSeconds": 3600,
+                                "lastUpdatedTime": "2026-12-06T02:00:00Z"}}  # fmt: skip
+    response = fleet.http.post(
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs/kf-eta/status",
+        json=status,
+        headers={"Authorization": f"Bearer {fleet.tokens[('default', 'kf-eta')]}"},
+    )
+    assert response.status_code == 200, response.text
+    page.goto(fleet.url + "/#/?job=default%2Fkf-eta")
+    facts = page.locator("[data-testid=progress-facts]")
+    facts.get_by_text("Time remaining (reported)").wait_for(timeout=10_000)
+    assert "1h" in facts.inner_text() or "59m" in facts.inner_text(), facts.inner_text()

@@ -187,7 +187,8 @@ class Panel {
     const now = Date.now() / 1000;
     const rest = remaining(v, now);
     const items = [
-      ["Time remaining", ENDED.has(v.state) ? DASH : fmtDuration(rest)],
+      // a posted ETA (Kubeflow clients) is shown as the job's, never as stepwatch's own estimate
+      [v.eta && v.eta.source === "reported" ? "Time remaining (reported)" : "Time remaining", ENDED.has(v.state) ? DASH : fmtDuration(rest)],
       ["Estimated finish", rest === null || ENDED.has(v.state) ? DASH : fmtDateTime(now + rest)],
       ["Completed steps", fmtOf(p.step, p.total_steps)],
       ["Epochs", p.epoch === null ? DASH : `${fmtNum(p.epoch, 3)}${p.total_epochs ? ` of ${fmtNum(p.total_epochs, 3)}` : ""}`],
