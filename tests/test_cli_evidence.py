@@ -55,3 +55,43 @@ def test_describe_prints_no_raw_mapping_or_long_float() -> None:
     assert "{" not in text and "}" not in text, text
     assert not re.search(r"\d\.\d{8,}", text), text
     assert "Measured over:" in text and "30s, 574 steps" in text
+
+
+def test_describe_prints_every_verdict_the_job_had_with_its_span_and_cost() -> None:
+    """A job that recovered keeps its verdicts (the job view's health_history): describe lists each, when
+    it began, how long it stood and what it wasted, so 'healthy' now does not hide the stall before."""
+    t0 = 1_796_450_000.0
+    view = {
+        "name": "bert",
+        "namespace": "default",
+        "state": "finished",
+        "health": {"state": "healthy", "since": t0 + 600, "evidence": {}},
+        "health_history": [
+            {"state": "healthy", "from": t0, "to": t0 + 300, "seconds": 300.0, "cost": 0.5, "wasted": 0.0},
+            {
+                "state": "stalled",
+                "from": t0 + 330,
+                "since": t0 + 300,
+                "to": t0 + 600,
+                "seconds": 300.0,
+                "cost": 0.5,
+                "wasted": 0.5,
+            },
+            {"state": "healthy", "from": t0 + 600, "to": None, "seconds": 60.0, "cost": 0.1, "wasted": 0.0},
+        ],
+        "progress": {"percent": 100.0, "step": 3000, "total_steps": 3000},
+        "times": {"created": t0},
+    }
+    out = io.StringIO()
+    describe(view, [], out, now=t0 + 660)
+    text = out.getvalue()
+    section = text[text.index("Health history:") :].splitlines()[1:4]
+    assert section[1].split() == ["stalled:", clock_time(t0 + 300, t0 + 660), "for", "5m00s,", "$0.50", "wasted"]
+    assert section[0].strip().startswith("healthy:") and not section[2].strip().endswith("still")  # it ended
+    out = io.StringIO()
+    describe({**view, "state": "running"}, [], out, now=t0 + 660)
+    assert out.getvalue().split("Health history:")[1].splitlines()[3].strip().endswith("still")
+    healthy_only = {**view, "health_history": [view["health_history"][0]]}  # type: ignore[index]
+    out = io.StringIO()
+    describe(healthy_only, [], out, now=t0 + 660)
+    assert "Health history" not in out.getvalue()

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from ..protocol import ENDED_STATES
 from ._errors import NO_SUCH_JOB, no_such_job
 from ._format import (
     add_server_flags,
@@ -105,6 +106,10 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
         health_lines.append(("Why", str(evidence["message"])))
     health_lines += evidence_lines(evidence)
     _section(out, "Health", health_lines)
+    history = view.get("health_history") or []
+    if any(span.get("state") != "healthy" for span in history):  # a job that was only ever healthy: nothing to add
+        ended = view.get("state") in ENDED_STATES
+        _section(out, "Health history", [_span_line(span, now, ended) for span in history])
     _section(
         out,
         "Progress",
@@ -173,6 +178,16 @@ def _section(out: TextIO, title: str | None, lines: list[tuple[str, str]]) -> No
     width = max((len(k) for k, _ in lines), default=0) + 1
     for key, value in lines:
         out.write(f"{indent}{printable(key) + ':':<{width}} {printable(value)}\n")
+
+
+def _span_line(span: dict[str, Any], now: float, ended: bool) -> tuple[str, str]:
+    """One verdict the job had: its state, from when, for how long (to the job's end, or still), and what
+    that time cost."""
+    start = span.get("since") if span.get("since") is not None else span.get("from")
+    cost = span.get("wasted") if span.get("wasted") else span.get("cost")
+    money = f", {_money(cost)}{' wasted' if span.get('wasted') else ''}" if cost is not None else ""
+    still = "" if span.get("to") is not None or ended else ", still"
+    return str(span.get("state", "")), f"{clock_time(start, now)} for {duration(span.get('seconds'))}{money}{still}"
 
 
 def _ago(seconds: float | None) -> str:
