@@ -61,3 +61,18 @@ def test_a_priced_job_shows_what_it_costs_now() -> None:
     assert view["cost"]["spent"] == pytest.approx(32.0)
     assert view["cost"]["projected"] == pytest.approx(32.0)  # the ETA (300 s at 150 s) has run out
     assert job_view(RUNNING, 200.0)["cost"]["spent"] is None  # no GPUs given: unknown, not free
+
+
+def test_a_stalled_job_shows_no_countdown_but_a_posted_eta_as_posted() -> None:
+    """A hung job's last estimate counting down (seen in `stepwatch top`: a stalled job at '1m42s') would be
+    a guess dressed as fact: no ETA while stalled; it comes back when the job does. What a Kubeflow client
+    posted is the job's own word and is shown as posted."""
+    stalled = dataclasses.replace(RUNNING, health="stalled", health_since=160.0)
+    assert job_view(RUNNING, 200.0)["eta"]["remaining_seconds"] == pytest.approx(250.0)
+    assert job_view(stalled, 200.0)["eta"]["remaining_seconds"] is None
+    assert job_view(stalled, 200.0)["eta"]["source"] is None
+    posted = dataclasses.replace(
+        stalled, trainer_status={"estimatedRemainingSeconds": 600, "lastUpdatedTime": "2026-12-06T02:00:00Z"}
+    )
+    eta = job_view(posted, 200.0)["eta"]
+    assert eta["source"] == "reported" and eta["remaining_seconds"] == pytest.approx(550.0)

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from .analysis.cost import Cost, totals
 from .notify import Notifier
 from .store import HEALTH_STATES, Job, JobFilter, Store
-from .views import cost_of, progress_percent, remaining_seconds
+from .views import cost_of, eta_of, progress_percent, remaining_seconds
 
 __all__ = ["JOB_LABEL", "JobsCollector", "registry_for"]
 
@@ -95,7 +95,7 @@ class JobsCollector(Collector):
             _add(g["progress_ratio"], key, None if percent is None else percent / 100)
             _add(g["step"], key, job.step)
             _add(g["total_steps"], key, job.total_steps)
-            _add(g["eta_seconds"], key, remaining)
+            _add(g["eta_seconds"], key, eta_of(job, now)[0])  # what every reader shows
             _add(g["steps_per_second"], key, job.eta_rate if job.eta_rate is not None else job.steps_per_second)
             _add(g["last_report_age_seconds"], key, None if job.last_report_at is None else now - job.last_report_at)
             _add(g["cost_rate_usd_per_hour"], key, cost.rate_per_hour)

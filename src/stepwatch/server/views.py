@@ -73,14 +73,16 @@ def eta_of(job: Job, now: float) -> tuple[float | None, EtaSource | None]:
     """The seconds left that readers show, and where they come from.
 
     An ETA a Kubeflow client posted in the job's last status is shown as posted (counted down since it
-    arrived), never replaced by stepwatch's own; else stepwatch's estimate; else, while stepwatch has
-    no rate of its own, what the job reported (its report core's ETA).
+    arrived), never replaced by stepwatch's own; else none while the job is stalled; else stepwatch's
+    estimate; else, while stepwatch has no rate of its own, what the job reported (its report core's ETA).
     """
     if job.state in _ENDED:
         return (0.0, "final") if job.state == "finished" else (None, None)
     posted = _posted_eta(job)
     if posted is not None:
         return _counted_down(posted, job.last_report_at, now), "reported"
+    if job.health == "stalled":  # no progress: a rate's countdown would be a guess dressed as fact
+        return None, None
     own = remaining_seconds(job, now)
     if own is not None:
         # a job's own ETA on the native API is preferred by the estimate (analysis.eta: "reported")
