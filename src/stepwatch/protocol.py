@@ -17,6 +17,10 @@ Every ``from_dict`` validates completely and raises :class:`ProtocolError` whose
 JSON path of the first problem (``metrics[3].name``) and whose message says what was expected.
 Non-finite floats are data (they mean divergence): on the wire they are the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"``, so that every body is standard JSON.
+
+Whoever sends also waits the same way before trying again: :class:`Backoff` and
+:func:`parse_retry_after` serve the report core's sender, the SDK and the server's notifier, each
+with its own numbers.
 """
 
 from __future__ import annotations
