@@ -114,7 +114,16 @@ class Run:
         self._collect = self.mode != "off" and self.identity.rank == 0
         self._sender: Sender | None = None
         if self.mode != "off":
-            sender = make_sender(self, plan, self._buffer if self._collect else None, transport, params)
+            sender = make_sender(
+                plan,
+                run_id=self.run_id,
+                snapshot=self._snapshot,
+                on_command=self._on_command,
+                total_steps=lambda: self._total_steps,
+                buffer=self._buffer if self._collect else None,
+                transport=transport,
+                params=params,
+            )
             if sender.start():
                 self._sender = sender
             else:

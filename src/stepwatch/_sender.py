@@ -15,7 +15,6 @@ one line of what was not delivered. Never more than those two lines.
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 import json
 import logging
 import random
@@ -28,14 +27,16 @@ from ._rate import RateMeter
 from ._transport import TokenSource, Transport, TransportError
 from ._window import WindowBuffer
 from ._wire import Snapshot, Wire
-from .protocol import Command
+from .protocol import Backoff, Command, parse_retry_after
 
 __all__ = ["Sender"]
 
 _log = logging.getLogger("stepwatch")
 
-_BACKOFF_BASE: Final = 1.0
-_BACKOFF_CAP: Final = 30.0
+_BACKOFF: Final = Backoff(base=1.0, cap=30.0, jitter="equal")
+"""1, 2, 4 ... 30 s between retries, each somewhere between half of that and all of it."""
+_RETRY_AFTER_CAP: Final = 600.0
+"""The longest a ``Retry-After`` holds the sender back (a longer one is a server's mistake)."""
 _FLUSH_RETRY: Final = 0.25
 _MAX_SENDS_PER_CYCLE: Final = 16
 
@@ -339,12 +340,11 @@ class Sender:
         self._failures += 1
         self.failures += 1
         self._warn_if_silent()
-        delay = min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** min(self._failures - 1, 10))
-        delay *= 0.5 + 0.5 * self._random()
+        delay = _BACKOFF.delay(self._failures, self._random)
         now = self._clock()
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, 600.0))
-            self._not_before = now + min(retry_after, 600.0)
+        if retry_after is not None:  # the server's word is a floor: the backoff may still wait longer
+            delay = max(delay, retry_after)
+            self._not_before = now + retry_after
         delay = max(delay, self._last_request + self._min_gap - now)
         self._retry_at = now + delay
         if self._failures == 1:
@@ -371,18 +371,7 @@ class Sender:
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
+    return parse_retry_after(headers.get("retry-after"), cap=_RETRY_AFTER_CAP)
 
 
 def _detail(body: bytes) -> str:

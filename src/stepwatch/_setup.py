@@ -11,7 +11,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ._env import default_job_name, detect_identity
 from ._sender import Sender
@@ -19,9 +19,10 @@ from ._settings import UPSTREAM_URL_ENV, ResolvedSettings, SettingError, resolve
 from ._transport import HTTPTransport, TokenSource, Transport
 from ._version import __version__
 from ._window import WindowBuffer
-from ._wire import KubeflowWire, NativeWire, Wire
+from ._wire import KubeflowWire, NativeWire, Snapshot, Wire
 from .protocol import (
     LIMITS,
+    Command,
     Identity,
     ParamValue,
     encode_body,
@@ -30,9 +31,6 @@ from .protocol import (
     report_path,
     sanitize_name,
 )
-
-if TYPE_CHECKING:
-    from ._run import Run
 
 __all__ = ["Plan", "clean_params", "make_sender", "plan_run"]
 
@@ -95,33 +93,41 @@ def _say_off(line: str) -> None:
 
 
 def make_sender(
-    run: Run,
     plan: Plan,
+    *,
+    run_id: str,
+    snapshot: Callable[[], Snapshot],
+    on_command: Callable[[Command], None],
+    total_steps: Callable[[], int | None],
     buffer: WindowBuffer | None,
     transport: Transport | None,
     params: Mapping[str, Any] | None,
 ) -> Sender:
-    """The sender of a run, in the wire mode of its plan (not started)."""
+    """The sender of a run, in the wire mode of its plan (not started).
+
+    What it needs of the run comes as values and callables (its id, its snapshot, where commands
+    go, its total steps when it registers), so that this module does not know :class:`~._run.Run`.
+    """
     settings = plan.settings
     assert plan.url is not None
     wire: Wire
     interval = settings.interval
     registration = None
     if plan.mode == "native" and plan.identity.rank == 0:
-        registration = _registration(run, plan)
+        registration = _registration(plan, total_steps)
     if plan.mode == "kubeflow":
         wire = KubeflowWire(plan.url)
         interval = max(interval, LIMITS.min_kubeflow_interval_s)
     else:
-        wire = NativeWire(plan.url, run.run_id, plan.identity, clean_params(params))
+        wire = NativeWire(plan.url, run_id, plan.identity, clean_params(params))
         if plan.identity.rank != 0:
             interval *= LIMITS.heartbeat_interval_factor
     return Sender(
         wire=wire,
         transport=transport or HTTPTransport(ca_cert=settings.ca_cert),
         buffer=buffer,
-        snapshot=run._snapshot,
-        on_command=run._on_command,
+        snapshot=snapshot,
+        on_command=on_command,
         token=TokenSource(settings.token, settings.token_file),
         interval=interval,
         request_timeout=settings.request_timeout,
@@ -132,15 +138,16 @@ def make_sender(
     )
 
 
-def _registration(run: Run, plan: Plan) -> Callable[[], tuple[str, bytes]]:
+def _registration(plan: Plan, total_steps: Callable[[], int | None]) -> Callable[[], tuple[str, bytes]]:
     """How a job that nobody registered registers itself (used only when it has no token)."""
     assert plan.url is not None
     url = plan.url.removesuffix(report_path(plan.namespace, plan.job)) + jobs_path(plan.namespace)
 
     def request() -> tuple[str, bytes]:
         body: dict[str, Any] = {"name": plan.job, "source": "native", "supersede": True}
-        if run.total_steps is not None:
-            body["total_steps"] = run.total_steps
+        total = total_steps()  # read when it registers: update(total_steps=...) may have come since init
+        if total is not None:
+            body["total_steps"] = total
         return url, encode_body(body)
 
     return request

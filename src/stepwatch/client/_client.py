@@ -226,7 +226,7 @@ class Client(_Base):
                 response = _response(r)
                 if response.status < 400:
                     return response
-                delay = self._config.retry.delay(request, attempt, response.status, _retry_after(response))
+                delay = self._config.retry.delay(request, attempt, response.status, retry_after(response.headers))
                 if delay is None:
                     return response
             time.sleep(delay)
@@ -407,7 +407,7 @@ class AsyncClient(_Base):
                 response = _response(r)
                 if response.status < 400:
                     return response
-                delay = self._config.retry.delay(request, attempt, response.status, _retry_after(response))
+                delay = self._config.retry.delay(request, attempt, response.status, retry_after(response.headers))
                 if delay is None:
                     return response
             await anyio.sleep(delay)
@@ -497,10 +497,6 @@ class AsyncClient(_Base):
             elif isinstance(update, JobUpdate) and update.name == name and waiter.offer(update.job):
                 return _found(waiter)
         raise _timed_out(name, namespace or self.namespace, waiter, timeout)
-
-
-def _retry_after(response: Response) -> float | None:
-    return retry_after(response.headers)
 
 
 def _found(waiter: Waiter) -> Job:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..protocol import API_VERSION
+from ..protocol import API_VERSION, Backoff, parse_retry_after
 from ._errors import ApiError, IncompatibleServer, InvalidResponse, error_for
 
 __all__ = [
@@ -82,15 +82,17 @@ class Retry:
     """When and how long to wait before trying an idempotent request again.
 
     Retried: no answer (refused, reset, timed out), 429, 502, 503 and 504, at most ``attempts - 1``
-    times, waiting ``backoff * 2**n`` seconds (with jitter, at most ``max_delay``) or what the server's
-    ``Retry-After`` says. Requests that change something (commands, registrations) are never retried:
-    a command the server did get would be queued twice.
+    times, waiting ``backoff * 2**n`` seconds (between half of that and all of it, at most
+    ``max_delay``) or what the server's ``Retry-After`` says (at most ``max_delay`` too). Requests that
+    change something (commands, registrations) are never retried: a command the server did get would
+    be queued twice. ``rand`` is the jitter's random source (a float in ``[0, 1)``).
     """
 
     attempts: int = 3
     backoff: float = 0.25
     max_delay: float = 5.0
     statuses: frozenset[int] = frozenset({429, 502, 503, 504})
+    rand: Callable[[], float] = field(default=random.random, repr=False, compare=False)
 
     def delay(self, request: Request, attempt: int, status: int | None, retry_after: float | None) -> float | None:
         """Seconds to wait before attempt ``attempt + 1``, or ``None``: give up (``status`` ``None``: no answer)."""
@@ -100,8 +102,7 @@ class Retry:
             return None
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_delay)
-        base = self.backoff * (2.0**attempt)
-        return min(base * (0.5 + random.random()), self.max_delay)
+        return Backoff(self.backoff, self.max_delay, jitter="equal").delay(attempt + 1, self.rand)
 
 
 @dataclass
@@ -154,20 +155,7 @@ class Config:
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds from a ``Retry-After`` header (seconds or an HTTP date), ``None`` when absent or unreadable."""
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    import time
-    from email.utils import parsedate_to_datetime
-
-    try:
-        return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
-    except (TypeError, ValueError):
-        return None
+    return parse_retry_after(headers.get("retry-after"))
 
 
 def _loads(content: bytes) -> Any:

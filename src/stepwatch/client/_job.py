@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 from ..protocol import Command, ended_short_text, format_rfc3339
 from ._errors import InvalidResponse
+from ._html import HEALTH_COLOURS, MAX_ROWS, STATE_COLOURS, badge, duration, money, number, progress_bar
 from ._models import JobPolicy, _pandas, command_from
 from ._parse import as_dict, as_list, opt_float, opt_int, opt_str, req_int, req_str, sub, to_float
 
@@ -31,6 +33,8 @@ __all__ = [
     "Resources",
     "Times",
     "TrainerStatus",
+    "job_html",
+    "jobs_html",
 ]
 
 END_STATES = frozenset({"finished", "failed", "stopped"})
@@ -525,8 +529,6 @@ class Job:
     __hash__ = None  # type: ignore[assignment]
 
     def _repr_html_(self) -> str:
-        from ._html import job_html
-
         return job_html(self)
 
 
@@ -540,14 +542,73 @@ class JobList(list[Job]):
         self.total = len(jobs) if total is None else total
 
     def _repr_html_(self) -> str:
-        from ._html import jobs_html
-
         return jobs_html(self)
 
     def to_pandas(self) -> Any:
         """One row per job: identity, progress, ETA, health, cost and loss (needs pandas)."""
         pd = _pandas()
         return pd.DataFrame([_job_row(j) for j in self])
+
+
+# ------------------------------------------------------------------------------------- notebook HTML
+
+
+def job_html(job: Job) -> str:
+    """One job: name, state, health (with its evidence), progress bar, step, epoch, ETA, metrics, cost."""
+    p, health, cost = job.progress, job.health, job.cost
+    colour = HEALTH_COLOURS.get(health.state, "#6e7781")
+    epoch = "-" if p.epoch is None else (f"{p.epoch:g}/{p.total_epochs:g}" if p.total_epochs else f"{p.epoch:g}")
+    metrics = "".join(
+        f"<tr><td>{escape(name)}</td><td>{number(value)}</td></tr>" for name, value in sorted(job.metrics.items())[:32]
+    )
+    why = f"<div><i>{escape(health.message)}</i></div>" if health.message else ""
+    reason = f"<div>reason: {escape(job.reason)}</div>" if job.reason else ""
+    return (
+        '<div class="stepwatch-job" style="font-family:system-ui,sans-serif;line-height:1.5">'
+        f"<div><b>{escape(job.namespace)}/{escape(job.name)}</b> #{job.attempt} "
+        f"{badge(job.state, STATE_COLOURS.get(job.state, '#6e7781'))} {badge(health.state, colour)}</div>"
+        f"{progress_bar(job.progress.percent, colour)}"
+        + (f"<div>{escape(job.ended_short)}</div>" if job.ended_short else "")
+        + f"<div>step {_step(job)} · epoch {escape(epoch)} · ETA {duration(job.eta.remaining_seconds)}"
+        f" · loss {number(job.loss)}</div>"
+        f"<div>cost: spent {money(cost.spent, cost.currency)} · projected {money(cost.projected, cost.currency)}"
+        f" · wasted {money(cost.wasted, cost.currency)}</div>"
+        f"{why}{reason}" + (f'<table style="font-size:.9em">{metrics}</table>' if metrics else "") + "</div>"
+    )
+
+
+def jobs_html(jobs: Sequence[Job]) -> str:
+    """A table of jobs with a progress bar each."""
+    head = "".join(
+        f"<th>{h}</th>" for h in ("job", "state", "health", "progress", "step", "ETA", "loss", "spent", "wasted")
+    )
+    rows = []
+    for job in jobs[:MAX_ROWS]:
+        colour = HEALTH_COLOURS.get(job.health.state, "#6e7781")
+        rows.append(
+            "<tr>"
+            f"<td>{escape(job.namespace)}/{escape(job.name)}</td>"
+            f"<td>{badge(job.state, STATE_COLOURS.get(job.state, '#6e7781'))}</td>"
+            f"<td>{badge(job.health.state, colour)}</td>"
+            f"<td>{progress_bar(job.progress.percent, colour, '8em')}</td>"
+            f"<td>{_step(job)}</td><td>{duration(job.eta.remaining_seconds)}</td><td>{number(job.loss)}</td>"
+            f"<td>{money(job.cost.spent, job.cost.currency)}</td><td>{money(job.cost.wasted, job.cost.currency)}</td>"
+            "</tr>"
+        )
+    more = f"<p>and {len(jobs) - MAX_ROWS} more</p>" if len(jobs) > MAX_ROWS else ""
+    return (
+        '<table class="stepwatch-jobs" style="font-family:system-ui,sans-serif">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+        if jobs
+        else "<p>no jobs</p>"
+    )
+
+
+def _step(job: Job) -> str:
+    p = job.progress
+    if p.step is None:
+        return "-"
+    return f"{p.step}/{p.total_steps}" if p.total_steps else str(p.step)
 
 
 def _job_row(job: Job) -> dict[str, Any]:

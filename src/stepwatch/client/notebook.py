@@ -23,8 +23,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ._client import Client
-from ._html import job_html, jobs_html
-from ._job import Job, JobList
+from ._job import Job, JobList, job_html, jobs_html
 from ._live import JobUpdate, Resync
 
 __all__ = ["Handle", "live"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.utils
 import random
 import uuid
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from typing import Any, Final
 
 import httpx
 
+from ...protocol import Backoff, parse_retry_after
 from ._message import Notification, NotifyTarget, encode_body, webhook_payload
 from ._signing import SIGNATURE_HEADER, signature_header
 
@@ -73,8 +73,7 @@ class RetryPolicy:
 
     def backoff(self, retry: int, rng: random.Random) -> float:
         """The wait before retry number ``retry`` (1 for the first), with jitter."""
-        base = min(self.max_backoff_s, self.backoff_s * 2.0 ** min(retry - 1, 62))
-        return base * (0.5 + 0.5 * rng.random())
+        return Backoff(self.backoff_s, self.max_backoff_s, jitter="equal").delay(retry, rng.random)
 
 
 @dataclass(frozen=True)
@@ -89,20 +88,7 @@ class Attempt:
 
 def retry_after(value: str | None, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta seconds or an HTTP date), ``None`` if absent or bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - now)
+    return parse_retry_after(value, now=now)
 
 
 def new_delivery_id() -> str:
