@@ -38,6 +38,11 @@ _PRINTABLE = "^[^\\x00-\\x1f\\x7f-\\x9f]*$"
 few other unprintable ones, such as separators, that JSON Schema patterns cannot name portably)."""
 
 
+_LATEST = 1e11
+"""The latest time a ``time`` field takes in Unix seconds (about the year 5100): later is a mistake, and
+beyond a float it could not be read."""
+
+
 class BodyError(ValueError):
     """A body that does not follow its declaration: ``field`` is the path of the culprit (``""``: the body
     itself; ``policy.on.stalled``, ``namespaces[0]``), ``message`` what it must be."""
@@ -81,6 +86,11 @@ class Field:
     what: str = ""
     """What the value must be, in words, when the words made from the rules would not be clear."""
     example: Any = None
+
+    def __post_init__(self) -> None:
+        if self.type in ("integer", "number") and self.maximum is None:
+            # the stores' integers and float arithmetic have one: beyond it a value was a 500, not a 422
+            raise ValueError(f"{self.key}: a number needs a maximum")
 
     # --------------------------------------------------------------------------------- validation
 
@@ -212,10 +222,7 @@ def _read_number(field: Field, value: Any, path: str) -> float:
     # the chained comparison is False for NaN and the infinities, and exact for integers of any size
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not -math.inf < value < math.inf:
         raise field._wrong(path, value)
-    try:
-        return float(_bounded(field, value, path))
-    except OverflowError:  # an integer beyond any float, in a field without a maximum
-        raise field._wrong(path, value) from None
+    return float(_bounded(field, value, path))
 
 
 def _bounded(field: Field, value: float, path: str) -> float:
@@ -243,7 +250,7 @@ def _read_string(field: Field, value: Any, path: str) -> str:
 
 def _read_time(field: Field, value: Any, path: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not 0 < value < math.inf:
+        if not 0 < value <= _LATEST:
             raise field._wrong(path, value)
         return float(value)
     if isinstance(value, str):
@@ -339,7 +346,10 @@ _SCHEMAS: dict[str, Callable[[Field], dict[str, Any]]] = {
     "number": _schema_number,
     "string": _schema_string,
     "time": lambda field: {
-        "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "format": "date-time"}]
+        "oneOf": [
+            {"type": "number", "exclusiveMinimum": 0, "maximum": _LATEST},
+            {"type": "string", "format": "date-time"},
+        ]
     },
     "array": _schema_array,
     "object": _schema_object,

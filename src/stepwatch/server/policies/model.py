@@ -48,6 +48,10 @@ ACTIONS = POLICY_ACTIONS
 also notifies. The local runner ends a job that has not stopped by itself after its grace period."""
 
 MAX_TARGETS = 8
+MAX_MONEY = 1e12
+"""Largest budget or money at risk."""
+MAX_DURATION = 1e9
+"""Largest checkpoint time (seconds) or MTBF (hours)."""
 DEFAULT_CHECKPOINT_COST_S = 60.0
 DEFAULT_MTBF_HOURS = 24.0
 
@@ -71,7 +75,12 @@ POLICY = Body(
             example={"not_learning": "checkpoint_stop", "diverging": "stop"},
         ),
         Field(
-            key="budget", type="number", above=0, description="money; over_budget once spent reaches it", example=250.0
+            key="budget",
+            type="number",
+            above=0,
+            maximum=MAX_MONEY,
+            description="money; over_budget once spent reaches it",
+            example=250.0,
         ),
         Field(
             key="deadline",
@@ -109,6 +118,7 @@ POLICY = Body(
             key="max_at_risk",
             type="number",
             above=0,
+            maximum=MAX_MONEY,
             description="money of work the owner accepts to lose at a failure: checkpoint advice keeps under it",
         ),
         Field(key="auto_checkpoint", type="boolean", description="send a checkpoint command when one is due"),
@@ -116,6 +126,7 @@ POLICY = Body(
             key="checkpoint_cost_s",
             type="number",
             above=0,
+            maximum=MAX_DURATION,
             description=f"seconds a checkpoint takes (default {DEFAULT_CHECKPOINT_COST_S:g}), for the Young/Daly "
             "interval",
         ),
@@ -123,6 +134,7 @@ POLICY = Body(
             key="mtbf_hours",
             type="number",
             above=0,
+            maximum=MAX_DURATION,
             description=f"mean time between failures of the job's hardware in hours (default {DEFAULT_MTBF_HOURS:g})",
         ),
     ),
