@@ -11,9 +11,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[import-untyped]
 from starlette.applications import Starlette
 
 from stepwatch.protocol import ProtocolError, is_valid_name, parse_rfc3339
@@ -170,30 +169,30 @@ def _job(client: TestClient) -> tuple[str, str]:
 _NAMESPACES = itertools.count()
 
 
-def _register(client: TestClient, body: Any) -> httpx.Response:
+def _register(client: TestClient, body: Any) -> Any:
     # a namespace of its own: each valid body registers a new job, not a new attempt of the one before
     return client.post(f"/api/v1/namespaces/ns-{next(_NAMESPACES)}/jobs", json=body)
 
 
-def _state(client: TestClient, body: Any) -> httpx.Response:
+def _state(client: TestClient, body: Any) -> Any:
     path, token = _job(client)
     return client.post(f"{path}/state", json=body, headers={"Authorization": f"Bearer {token}"})
 
 
-def _command(client: TestClient, body: Any) -> httpx.Response:
+def _command(client: TestClient, body: Any) -> Any:
     path, _ = _job(client)
     return client.post(f"{path}/commands", json=body)
 
 
-def _policy(client: TestClient, body: Any) -> httpx.Response:
+def _policy(client: TestClient, body: Any) -> Any:
     return client.put("/api/v1/namespaces/default/policy", json=body)
 
 
-def _token(client: TestClient, body: Any) -> httpx.Response:
+def _token(client: TestClient, body: Any) -> Any:
     return client.post("/api/v1/tokens", json=body)
 
 
-ROUTES: dict[str, tuple[Body, Callable[[TestClient, Any], httpx.Response], int]] = {
+ROUTES: dict[str, tuple[Body, Callable[[TestClient, Any], Any], int]] = {
     "Registration": (REGISTRATION, _register, 201),
     "StateChange": (STATE_CHANGE, _state, 200),
     "CommandRequest": (COMMAND_REQUEST, _command, 201),
