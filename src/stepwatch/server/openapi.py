@@ -299,7 +299,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "Live progress, ETA, health and cost of training jobs. Errors are Kubernetes Status objects."
             ),
         },
-        "paths": _secured({**_job_paths(), **_policy_paths(), **_meta_paths(), **_access_paths()}),
+        "paths": _secured({**_job_paths(), **_writer_paths(), **_policy_paths(), **_meta_paths(), **_access_paths()}),
         "components": _components(),
     }
 
@@ -330,7 +330,7 @@ def _secured(paths: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job_paths() -> dict[str, Any]:
-    """Jobs: list, register, read, and what their processes write (reports, state, Kubeflow statuses)."""
+    """Jobs: list, register, read, command."""
     return {
         "/api/v1/jobs": {
             "get": {"summary": "List jobs", "parameters": _LIST_QUERY, "responses": {**_list_ok(), **_errors(400)}}
@@ -356,15 +356,6 @@ def _job_paths() -> dict[str, Any]:
                 "summary": "Get a job",
                 "parameters": [*_JOB, _query("attempt", {"type": "integer", "minimum": 1}, "an earlier attempt")],
                 "responses": {**_ok("Job"), **_errors(404)},
-            }
-        },
-        "/api/v1/namespaces/{namespace}/jobs/{name}/reports": {
-            "post": {
-                "summary": "Report (training process): one rank's window of metrics; answers pending commands",
-                "parameters": _JOB,
-                "security": _BEARER,
-                "requestBody": _body("Report"),
-                "responses": {**_ok("ReportResponse"), **_errors(403, 404, 413, 422, 503)},
             }
         },
         "/api/v1/namespaces/{namespace}/jobs/{name}/history": {
@@ -401,6 +392,21 @@ def _job_paths() -> dict[str, Any]:
                 "requestBody": _body(COMMAND_REQUEST),
                 "responses": {**_ok("Command", 201, "queued"), **_errors(404, 409, 422)},
             },
+        },
+    }
+
+
+def _writer_paths() -> dict[str, Any]:
+    """What a job's processes write with its token: reports, how it ended, Kubeflow statuses."""
+    return {
+        "/api/v1/namespaces/{namespace}/jobs/{name}/reports": {
+            "post": {
+                "summary": "Report (training process): one rank's window of metrics; answers pending commands",
+                "parameters": _JOB,
+                "security": _BEARER,
+                "requestBody": _body("Report"),
+                "responses": {**_ok("ReportResponse"), **_errors(403, 404, 413, 422, 503)},
+            }
         },
         "/api/v1/namespaces/{namespace}/jobs/{name}/state": {
             "post": {
