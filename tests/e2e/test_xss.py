@@ -152,14 +152,14 @@ def test_stepwatch_top_and_notebook_html_show_markup_and_control_characters_as_t
     pytest.importorskip("rich")
     from rich.text import Text
 
-    from stepwatch.cli.top import _details
+    from stepwatch.cli._top_view import job_details
     from stepwatch.client import Client
 
     hostile_job(fleet)
     with Client(fleet.url) as client:
         job = client.job("hostile")
         events = client.events("hostile")
-        screen = Text.from_markup(_details(job, events)).plain  # raises on markup it cannot parse
+        screen = Text.from_markup(job_details(job, events)).plain  # raises on markup it cannot parse
         html = job._repr_html_() + client.jobs()._repr_html_()
     assert "\x1b" not in screen and r"\x1b]52;c;" in screen and SCRIPT in screen and IMG in screen
     assert "<script" not in html and "<img" not in html and "<a " not in html

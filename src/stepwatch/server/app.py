@@ -1,4 +1,8 @@
-"""The ASGI application factory: ``create_app(settings)`` or ``create_app(store=...)`` for tests."""
+"""The ASGI application factory: ``create_app(settings)`` or ``create_app(store=...)`` for tests.
+
+Its steps: open the store, make the services the routes share, wire the notifier to the policies, and
+start (at the application's start) what runs beside the routes: the health sweep, retention, the
+Kubernetes runner, the links to other replicas and workers."""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import replace
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, replace
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -83,79 +87,11 @@ def create_app(
     problem = settings.auth_problem()
     if problem is not None:
         raise ValueError(problem)
-    owned = store is None
-    primary = worker is None or worker.primary
     the_store = _limited(
         store if store is not None else open_store(settings, shared=worker is not None and worker.count > 1), settings
     )
-    services = Services(
-        store=the_store,
-        live=Broadcaster(
-            ring_bytes=settings.live_ring_bytes,
-            max_streams=settings.live_streams,
-            max_per_client=settings.live_streams_per_client,
-        ),
-        clock=clock,
-        prices=settings.price_list(),
-        health=HealthMonitor(settings.health_params()),
-        auth=settings.authenticator(),
-    )
-    notifier = Notifier(parse_targets(settings.notify, settings.notify_secret), rules=settings.target_rules())
-    server_policy = settings.policy
-    if notifier.targets and not server_policy.on:
-        server_policy = replace(server_policy, on=dict(DEFAULT_NOTIFY_ON))
-    book = services.policies.book
-    book.server = server_policy.with_origin("server")
-    book.check_targets = functools.partial(check_targets, secret=settings.notify_secret, rules=notifier.rules)
-    services.policies.notify = notify_hook(notifier, settings.notify_secret, settings.public_url)
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        book.load(await blocking(the_store.namespace_policies))
-        bridge = replicas.bridge_for(the_store, services.live, clock)
-        if bridge is not None:
-            await bridge.start()
-        relay = await SiblingRelay.start_for(services.live, worker)  # the other workers of this server
-        await notifier.start()
-        kubernetes = await start_kubernetes(app, settings, services) if primary else None
-        sweeper = asyncio.create_task(
-            health.sweep_forever(
-                services.health,
-                the_store,
-                services.live,
-                blocking,
-                clock,
-                settings.health_sweep_s,
-                services.policies.review if primary else None,
-                silence=primary,
-            )
-        )
-        retainer = retention.start(the_store, blocking, clock, settings) if primary else None
-        try:
-            yield
-        finally:
-            await _cancel(sweeper, retainer)
-            await notifier.aclose(timeout_s=5)
-            if kubernetes is not None:
-                await kubernetes()
-            for link in (bridge, relay):
-                if link is not None:
-                    await link.aclose()
-            if owned:
-                the_store.close()
-
-    async def http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HTTPException)
-        message = {
-            404: f"no route for {request.method} {request.url.path}",
-            405: f"{request.method} is not allowed on {request.url.path}",
-        }.get(exc.status_code, str(exc.detail))
-        return error_response(exc.status_code, message, headers=dict(exc.headers or {}))
-
-    async def crash(request: Request, exc: Exception) -> JSONResponse:
-        _log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error_response(500, f"internal error ({type(exc).__name__}); the server logged it")
-
+    services = _services(settings, the_store, clock)
+    notifier = _notifier(settings, services)
     app = Starlette(
         routes=[
             *ingest.routes,
@@ -166,8 +102,8 @@ def create_app(
             *meta.routes,
             *web.routes,
         ],
-        exception_handlers={ApiError: handle_api_error, HTTPException: http_error, Exception: crash},
-        lifespan=lifespan,
+        exception_handlers={ApiError: handle_api_error, HTTPException: _http_error, Exception: _crash},
+        lifespan=_lifespan(settings, services, notifier, worker, owned=store is None),
         middleware=[Middleware(Guard, rules=settings.guard_rules())],
     )
     app.state.services = services
@@ -176,3 +112,117 @@ def create_app(
     app.state.settings = settings
     app.state.worker = worker
     return app
+
+
+def _services(settings: ServerSettings, store: Store, clock: Callable[[], float]) -> Services:
+    """What every route uses: the store, the live stream, the clock, prices, health and access."""
+    return Services(
+        store=store,
+        live=Broadcaster(
+            ring_bytes=settings.live_ring_bytes,
+            max_streams=settings.live_streams,
+            max_per_client=settings.live_streams_per_client,
+        ),
+        clock=clock,
+        prices=settings.price_list(),
+        health=HealthMonitor(settings.health_params()),
+        auth=settings.authenticator(),
+    )
+
+
+def _notifier(settings: ServerSettings, services: Services) -> Notifier:
+    """The notifier of the settings' targets, wired to the policies: the server's layer (which notifies the
+    bad news when targets are set and it says nothing itself), target checks and the notify hook."""
+    notifier = Notifier(parse_targets(settings.notify, settings.notify_secret), rules=settings.target_rules())
+    server_policy = settings.policy
+    if notifier.targets and not server_policy.on:
+        server_policy = replace(server_policy, on=dict(DEFAULT_NOTIFY_ON))
+    book = services.policies.book
+    book.server = server_policy.with_origin("server")
+    book.check_targets = functools.partial(check_targets, secret=settings.notify_secret, rules=notifier.rules)
+    services.policies.notify = notify_hook(notifier, settings.notify_secret, settings.public_url)
+    return notifier
+
+
+@dataclass
+class _Background:
+    """What runs beside the routes while the application lives; stopped in the reverse order of its start."""
+
+    notifier: Notifier
+    sweeper: asyncio.Task[None]
+    retainer: asyncio.Task[None] | None = None
+    kubernetes: Callable[[], Awaitable[None]] | None = None
+    links: tuple[SiblingRelay | replicas.ReplicaBridge | None, ...] = ()
+    """The live stream's links to the other replicas and the other workers of this server."""
+
+    async def stop(self) -> None:
+        await _cancel(self.sweeper, self.retainer)
+        await self.notifier.aclose(timeout_s=5)
+        if self.kubernetes is not None:
+            await self.kubernetes()
+        for link in self.links:
+            if link is not None:
+                await link.aclose()
+
+
+async def _start(
+    app: Starlette, settings: ServerSettings, services: Services, notifier: Notifier, worker: WorkerRole | None
+) -> _Background:
+    """Start what runs beside the routes; what must be done once only on the primary worker."""
+    store, clock = services.store, services.clock
+    primary = worker is None or worker.primary
+    services.policies.book.load(await blocking(store.namespace_policies))
+    bridge = replicas.bridge_for(store, services.live, clock)
+    if bridge is not None:
+        await bridge.start()
+    relay = await SiblingRelay.start_for(services.live, worker)  # the other workers of this server
+    await notifier.start()
+    kubernetes = await start_kubernetes(app, settings, services) if primary else None
+    sweeper = asyncio.create_task(
+        health.sweep_forever(
+            services.health,
+            store,
+            services.live,
+            blocking,
+            clock,
+            settings.health_sweep_s,
+            services.policies.review if primary else None,
+            silence=primary,
+        )
+    )
+    retainer = retention.start(store, blocking, clock, settings) if primary else None
+    return _Background(notifier, sweeper, retainer, kubernetes, (bridge, relay))
+
+
+def _lifespan(
+    settings: ServerSettings, services: Services, notifier: Notifier, worker: WorkerRole | None, owned: bool
+) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The application's lifespan: the background work, and the store closed at the end when it is ours."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        background = await _start(app, settings, services, notifier, worker)
+        try:
+            yield
+        finally:
+            await background.stop()
+            if owned:
+                services.store.close()
+
+    return lifespan
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (no route, method not allowed) in the one error shape."""
+    assert isinstance(exc, HTTPException)
+    message = {
+        404: f"no route for {request.method} {request.url.path}",
+        405: f"{request.method} is not allowed on {request.url.path}",
+    }.get(exc.status_code, str(exc.detail))
+    return error_response(exc.status_code, message, headers=dict(exc.headers or {}))
+
+
+async def _crash(request: Request, exc: Exception) -> JSONResponse:
+    """Anything unexpected: logged, and a 500 in the one error shape."""
+    _log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response(500, f"internal error ({type(exc).__name__}); the server logged it")

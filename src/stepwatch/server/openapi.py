@@ -1,20 +1,27 @@
-"""The OpenAPI 3.1 description of the server's API, served at ``/openapi.json`` and shown at ``/docs``."""
+"""The OpenAPI 3.1 description of the server's API, served at ``/openapi.json`` and shown at ``/docs``.
+
+The request bodies of the native API come from their declarations (:mod:`.routes.bodies`), the ones the
+routes read them with; the wire format (reports, Kubeflow statuses: :mod:`stepwatch.protocol`, stdlib
+only) and the answers are described here. Paths come in groups, each a function.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES
-from .policies.model import ACTIONS, TRIGGERS
+from .bodyspec import Body
+from .policies.model import POLICY
+from .routes.bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
 from .views import LIST_COLUMNS
 
 __all__ = ["openapi_document"]
 
 _NUMBER_OR_NONFINITE = {"oneOf": [{"type": "number"}, {"enum": ["NaN", "Infinity", "-Infinity"]}]}
-_NAME = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": LIMITS.max_name_length}
+_NAME = kubernetes_name("", "").schema()
 _METRIC_NAME = {"type": "string", "minLength": 1, "maxLength": LIMITS.max_metric_name_length}
 
-_SCHEMAS: dict[str, Any] = {
+_WIRE_SCHEMAS: dict[str, Any] = {
     "Status": {
         "type": "object",
         "description": "Every error, as a Kubernetes Status object.",
@@ -28,17 +35,6 @@ _SCHEMAS: dict[str, Any] = {
             "details": {"type": "object", "properties": {"field": {"type": "string"}}},
         },
         "required": ["kind", "code", "reason", "message"],
-    },
-    "TokenRequest": {
-        "type": "object",
-        "properties": {
-            "role": {"enum": ["viewer", "editor", "admin"]},
-            "namespaces": {"type": "array", "items": {"type": "string"}, "description": 'names, or ["*"] for all'},
-            "name": {"type": "string", "minLength": 1, "maxLength": 64},
-            "expires_in": {"type": "number", "exclusiveMinimum": 0, "description": "seconds (default: never)"},
-            "reason": {"type": "string", "maxLength": LIMITS.max_reason_length},
-        },
-        "required": ["role", "namespaces", "name"],
     },
     "MetricWindow": {
         "type": "object",
@@ -168,43 +164,10 @@ _SCHEMAS: dict[str, Any] = {
             }
         },
     },
-    "Registration": {
-        "type": "object",
-        "properties": {
-            "name": _NAME,
-            "total_steps": {"type": "integer", "minimum": 1},
-            "total_epochs": {"type": "number", "minimum": 0},
-            "params": {"type": "object"},
-            "gpus": {"type": "number", "minimum": 0},
-            "gpu_hour_cost": {"type": "number", "minimum": 0},
-            "source": {"enum": ["native", "runner", "kubeflow"]},
-            "supersede": {"type": "boolean", "description": "mark a live attempt failed and start a new one"},
-            "policy": {"$ref": "#/components/schemas/Policy"},
-        },
-        "required": ["name"],
-    },
-    "Policy": {
-        "type": "object",
-        "description": "One layer of policy (job over namespace over server, key by key); see docs/policies.md",
-        "additionalProperties": False,
-        "properties": {
-            "on": {
-                "type": "object",
-                "description": "trigger: action (finished, failed and late can only be notified)",
-                "properties": {t: {"enum": list(ACTIONS)} for t in TRIGGERS},
-                "additionalProperties": False,
-            },
-            "budget": {"type": "number", "exclusiveMinimum": 0, "description": "money; over_budget once spent"},
-            "deadline": {
-                "oneOf": [{"type": "number"}, {"type": "string", "format": "date-time"}],
-                "description": "Unix seconds or RFC 3339 with a zone",
-            },
-            "dry_run": {"type": "boolean", "description": "record what would be done, do nothing"},
-            "metric": {"type": "string", "minLength": 1, "maxLength": 64, "description": "what health follows"},
-            "mode": {"enum": ["min", "max"]},
-            "notify": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
-        },
-    },
+}
+"""The wire format's messages, as :mod:`stepwatch.protocol` reads them, and the one error shape."""
+
+_VIEW_SCHEMAS: dict[str, Any] = {
     "Job": {
         "type": "object",
         "description": (
@@ -243,21 +206,8 @@ _SCHEMAS: dict[str, Any] = {
         },
         "required": ["columns", "total"],
     },
-    "StateChange": {
-        "type": "object",
-        "properties": {
-            "state": {"enum": ["running", "finished", "failed", "stopped"]},
-            "exit_code": {"type": "integer"},
-            "reason": {"type": "string"},
-        },
-        "required": ["state"],
-    },
-    "CommandRequest": {
-        "type": "object",
-        "properties": {"kind": {"enum": list(COMMAND_KINDS)}, "reason": {"type": "string"}},
-        "required": ["kind"],
-    },
 }
+"""What the API answers about jobs."""
 
 
 def _errors(*codes: int) -> dict[str, Any]:
@@ -289,8 +239,9 @@ def _list_ok() -> dict[str, Any]:
     }
 
 
-def _body(schema: str) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+def _body(schema: str | Body) -> dict[str, Any]:
+    ref = schema.ref() if isinstance(schema, Body) else {"$ref": f"#/components/schemas/{schema}"}
+    return {"required": True, "content": {"application/json": {"schema": ref}}}
 
 
 def _path(name: str) -> dict[str, Any]:
@@ -339,7 +290,48 @@ _LIST_QUERY = [
 
 def openapi_document(version: str) -> dict[str, Any]:
     """The whole document."""
-    paths: dict[str, Any] = {
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "stepwatch",
+            "version": version,
+            "description": (
+                "Live progress, ETA, health and cost of training jobs. Errors are Kubernetes Status objects."
+            ),
+        },
+        "paths": _secured({**_job_paths(), **_writer_paths(), **_policy_paths(), **_meta_paths(), **_access_paths()}),
+        "components": _components(),
+    }
+
+
+def _components() -> dict[str, Any]:
+    return {
+        "schemas": {**_WIRE_SCHEMAS, **{body.name: body.schema() for body in DECLARED}, **_VIEW_SCHEMAS},
+        "securitySchemes": {
+            "jobToken": {"type": "http", "scheme": "bearer", "description": "the job's write token"},
+            "apiToken": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "an API token (stepwatch token create), when the server has authentication on",
+            },
+        },
+    }
+
+
+def _secured(paths: dict[str, Any]) -> dict[str, Any]:
+    """``paths``, each operation that says no security of its own asking for an API token (and saying the
+    401 and 403 that come without one), but for the paths anyone may read."""
+    for path, operations in paths.items():
+        for operation in operations.values():
+            if "security" not in operation and path not in _OPEN:
+                operation["security"] = _API
+                operation["responses"] = {**operation["responses"], **_errors(401, 403)}
+    return paths
+
+
+def _job_paths() -> dict[str, Any]:
+    """Jobs: list, register, read, command."""
+    return {
         "/api/v1/jobs": {
             "get": {"summary": "List jobs", "parameters": _LIST_QUERY, "responses": {**_list_ok(), **_errors(400)}}
         },
@@ -352,7 +344,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             "post": {
                 "summary": "Register a job (or a new attempt of a finished one); returns its write token",
                 "parameters": _NS,
-                "requestBody": _body("Registration"),
+                "requestBody": _body(REGISTRATION),
                 "responses": {
                     "201": {"description": "registered: {job, token}"},
                     **_errors(404, 409, 413, 422, 503),
@@ -364,15 +356,6 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "summary": "Get a job",
                 "parameters": [*_JOB, _query("attempt", {"type": "integer", "minimum": 1}, "an earlier attempt")],
                 "responses": {**_ok("Job"), **_errors(404)},
-            }
-        },
-        "/api/v1/namespaces/{namespace}/jobs/{name}/reports": {
-            "post": {
-                "summary": "Report (training process): one rank's window of metrics; answers pending commands",
-                "parameters": _JOB,
-                "security": _BEARER,
-                "requestBody": _body("Report"),
-                "responses": {**_ok("ReportResponse"), **_errors(403, 404, 413, 422, 503)},
             }
         },
         "/api/v1/namespaces/{namespace}/jobs/{name}/history": {
@@ -406,10 +389,49 @@ def openapi_document(version: str) -> dict[str, Any]:
             "post": {
                 "summary": "Ask the job to checkpoint or stop",
                 "parameters": _JOB,
-                "requestBody": _body("CommandRequest"),
+                "requestBody": _body(COMMAND_REQUEST),
                 "responses": {**_ok("Command", 201, "queued"), **_errors(404, 409, 422)},
             },
         },
+    }
+
+
+def _writer_paths() -> dict[str, Any]:
+    """What a job's processes write with its token: reports, how it ended, Kubeflow statuses."""
+    return {
+        "/api/v1/namespaces/{namespace}/jobs/{name}/reports": {
+            "post": {
+                "summary": "Report (training process): one rank's window of metrics; answers pending commands",
+                "parameters": _JOB,
+                "security": _BEARER,
+                "requestBody": _body("Report"),
+                "responses": {**_ok("ReportResponse"), **_errors(403, 404, 413, 422, 503)},
+            }
+        },
+        "/api/v1/namespaces/{namespace}/jobs/{name}/state": {
+            "post": {
+                "summary": "Record how the job's process ended (the local runner)",
+                "parameters": _JOB,
+                "security": _BEARER,
+                "requestBody": _body(STATE_CHANGE),
+                "responses": {**_ok("Job"), **_errors(403, 404, 422)},
+            }
+        },
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status": {
+            "post": {
+                "summary": "Kubeflow Trainer progress (KEP-2779), for upstream clients; echoes the payload",
+                "parameters": _JOB,
+                "security": _BEARER,
+                "requestBody": _body("TrainerStatusBody"),
+                "responses": {**_ok("TrainerStatusBody"), **_errors(403, 413, 422, 429, 503)},
+            }
+        },
+    }
+
+
+def _policy_paths() -> dict[str, Any]:
+    """Policies (a job's layer, a namespace's) and the money they watch."""
+    return {
         "/api/v1/namespaces/{namespace}/jobs/{name}/policy": {
             "get": {
                 "summary": "The job's policy layer, its effective policy and what the policy did",
@@ -419,7 +441,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             "put": {
                 "summary": "Replace the job's policy layer (applies at once; an event)",
                 "parameters": _JOB,
-                "requestBody": _body("Policy"),
+                "requestBody": _body(POLICY),
                 "responses": {"200": {"description": "{job, effective, set_by, fired}"}, **_errors(404, 422)},
             },
         },
@@ -447,28 +469,16 @@ def openapi_document(version: str) -> dict[str, Any]:
             "put": {
                 "summary": "Replace the namespace's policy layer ({} clears it)",
                 "parameters": _NS,
-                "requestBody": _body("Policy"),
+                "requestBody": _body(POLICY),
                 "responses": {"200": {"description": "{namespace, policy, server, effective}"}, **_errors(404, 422)},
             },
         },
-        "/api/v1/namespaces/{namespace}/jobs/{name}/state": {
-            "post": {
-                "summary": "Record how the job's process ended (the local runner)",
-                "parameters": _JOB,
-                "security": _BEARER,
-                "requestBody": _body("StateChange"),
-                "responses": {**_ok("Job"), **_errors(403, 404, 422)},
-            }
-        },
-        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status": {
-            "post": {
-                "summary": "Kubeflow Trainer progress (KEP-2779), for upstream clients; echoes the payload",
-                "parameters": _JOB,
-                "security": _BEARER,
-                "requestBody": _body("TrainerStatusBody"),
-                "responses": {**_ok("TrainerStatusBody"), **_errors(403, 413, 422, 429, 503)},
-            }
-        },
+    }
+
+
+def _meta_paths() -> dict[str, Any]:
+    """The live stream, the version, the probes and Prometheus."""
+    return {
         "/api/v1/events": {
             "get": {
                 "summary": "Live updates (server-sent events: job, points, event); resumes from Last-Event-ID",
@@ -482,6 +492,24 @@ def openapi_document(version: str) -> dict[str, Any]:
         "/api/v1/version": {
             "get": {"summary": "Server and API version", "responses": {"200": {"description": "versions"}}}
         },
+        "/healthz": {"get": {"summary": "Liveness and basic counters", "responses": {"200": {"description": "ok"}}}},
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics: live jobs' progress, ETA, health and cost; totals per namespace",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text exposition format 0.0.4",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+    }
+
+
+def _access_paths() -> dict[str, Any]:
+    """Who am I, API tokens and the audit log."""
+    return {
         "/api/v1/whoami": {
             "get": {
                 "summary": "The caller's identity and its roles over namespaces",
@@ -498,7 +526,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             "post": {
                 "summary": "Create an API token (admin of every namespace); its secret is in this answer only",
                 "security": _API,
-                "requestBody": _body("TokenRequest"),
+                "requestBody": _body(TOKEN_REQUEST),
                 "responses": {"201": {"description": "{token, secret}"}, **_errors(401, 403, 409, 413, 422)},
             },
         },
@@ -525,44 +553,5 @@ def openapi_document(version: str) -> dict[str, Any]:
                 ],
                 "responses": {"200": {"description": "{items: [entries]}"}, **_errors(400, 401, 403)},
             }
-        },
-        "/healthz": {"get": {"summary": "Liveness and basic counters", "responses": {"200": {"description": "ok"}}}},
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics: live jobs' progress, ETA, health and cost; totals per namespace",
-                "responses": {
-                    "200": {
-                        "description": "Prometheus text exposition format 0.0.4",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    }
-                },
-            }
-        },
-    }
-    for path, operations in paths.items():
-        for operation in operations.values():
-            if "security" not in operation and path not in _OPEN:
-                operation["security"] = _API
-                operation["responses"] = {**operation["responses"], **_errors(401, 403)}
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "stepwatch",
-            "version": version,
-            "description": (
-                "Live progress, ETA, health and cost of training jobs. Errors are Kubernetes Status objects."
-            ),
-        },
-        "paths": paths,
-        "components": {
-            "schemas": _SCHEMAS,
-            "securitySchemes": {
-                "jobToken": {"type": "http", "scheme": "bearer", "description": "the job's write token"},
-                "apiToken": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "an API token (stepwatch token create), when the server has authentication on",
-                },
-            },
         },
     }

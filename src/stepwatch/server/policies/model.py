@@ -23,23 +23,17 @@ An action of ``"none"`` switches off what a lower layer set.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
-from ...protocol import (
-    POLICY_ACTIONS,
-    POLICY_HEALTH_TRIGGERS,
-    POLICY_NOTIFY_ONLY,
-    POLICY_TRIGGERS,
-    is_valid_metric_name,
-)
+from ...protocol import LIMITS, POLICY_ACTIONS, POLICY_HEALTH_TRIGGERS, POLICY_NOTIFY_ONLY, POLICY_TRIGGERS
+from ..bodyspec import Body, BodyError, Field
 
 __all__ = [
     "ACTIONS",
     "HEALTH_TRIGGERS",
     "NOTIFY_ONLY",
+    "POLICY",
     "TRIGGERS",
     "Policy",
     "PolicyError",
@@ -54,21 +48,100 @@ ACTIONS = POLICY_ACTIONS
 also notifies. The local runner ends a job that has not stopped by itself after its grace period."""
 
 MAX_TARGETS = 8
-_KEYS = (
-    "on",
-    "budget",
-    "deadline",
-    "dry_run",
-    "metric",
-    "mode",
-    "notify",
-    "max_at_risk",
-    "auto_checkpoint",
-    "checkpoint_cost_s",
-    "mtbf_hours",
-)
+MAX_MONEY = 1e12
+"""Largest budget or money at risk."""
+MAX_DURATION = 1e9
+"""Largest checkpoint time (seconds) or MTBF (hours)."""
 DEFAULT_CHECKPOINT_COST_S = 60.0
 DEFAULT_MTBF_HOURS = 24.0
+
+_ON = Body(
+    "",
+    tuple(
+        Field(key=trigger, type="string", choices=("none", "notify") if trigger in NOTIFY_ONLY else ACTIONS)
+        for trigger in TRIGGERS
+    ),
+    closed=True,
+)
+POLICY = Body(
+    "Policy",
+    (
+        Field(
+            key="on",
+            type="object",
+            body=_ON,
+            description="trigger: action (finished, failed and late can only be notified; none switches off "
+            "what a lower layer set)",
+            example={"not_learning": "checkpoint_stop", "diverging": "stop"},
+        ),
+        Field(
+            key="budget",
+            type="number",
+            above=0,
+            maximum=MAX_MONEY,
+            description="money; over_budget once spent reaches it",
+            example=250.0,
+        ),
+        Field(
+            key="deadline",
+            type="time",
+            description="past_deadline at it, late when the ETA passes it",
+            example="2026-12-07T09:00:00Z",
+        ),
+        Field(key="dry_run", type="boolean", description="record what would be done, do nothing"),
+        Field(
+            key="metric",
+            type="string",
+            min_length=1,
+            max_length=LIMITS.max_metric_name_length,
+            printable=True,
+            description="the metric health follows (default: loss)",
+            example="eval_loss",
+        ),
+        Field(key="mode", type="string", choices=("min", "max"), description="min: lower is better (the default)"),
+        Field(
+            key="notify",
+            type="array",
+            items=Field(
+                key="",
+                type="string",
+                min_length=1,
+                max_length=2048,
+                what="a target URL",
+                example="https://hooks.example.com/stepwatch",
+            ),
+            max_items=MAX_TARGETS,
+            description="more notification targets (webhook or Apprise URLs) for this job or namespace",
+            what="a list of target URLs",
+        ),
+        Field(
+            key="max_at_risk",
+            type="number",
+            above=0,
+            maximum=MAX_MONEY,
+            description="money of work the owner accepts to lose at a failure: checkpoint advice keeps under it",
+        ),
+        Field(key="auto_checkpoint", type="boolean", description="send a checkpoint command when one is due"),
+        Field(
+            key="checkpoint_cost_s",
+            type="number",
+            above=0,
+            maximum=MAX_DURATION,
+            description=f"seconds a checkpoint takes (default {DEFAULT_CHECKPOINT_COST_S:g}), for the Young/Daly "
+            "interval",
+        ),
+        Field(
+            key="mtbf_hours",
+            type="number",
+            above=0,
+            maximum=MAX_DURATION,
+            description=f"mean time between failures of the job's hardware in hours (default {DEFAULT_MTBF_HOURS:g})",
+        ),
+    ),
+    description="One layer of policy (job over namespace over server, key by key); see docs/policies.md",
+    closed=True,
+)
+"""A policy layer, declared once: :func:`parse_policy` reads it, OpenAPI shows it."""
 
 
 class PolicyError(ValueError):
@@ -157,100 +230,15 @@ class Policy:
 
 
 def parse_policy(data: object) -> Policy:
-    """Validate a policy object (one layer); :class:`PolicyError` names the field."""
-    if not isinstance(data, dict):
-        raise PolicyError("policy", f"must be a JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(_KEYS))
-    if unknown:
-        raise PolicyError(str(unknown[0]), f"unknown key; a policy has {', '.join(_KEYS)}")
-    return Policy(
-        on=_on(data.get("on")),
-        budget=_positive(data.get("budget"), "budget", "an amount of money"),
-        deadline=_deadline(data.get("deadline")),
-        dry_run=_bool(data.get("dry_run"), "dry_run"),
-        metric=_metric(data.get("metric")),
-        mode=_mode(data.get("mode")),
-        notify=_targets(data.get("notify")),
-        max_at_risk=_positive(data.get("max_at_risk"), "max_at_risk", "an amount of money"),
-        auto_checkpoint=_bool(data.get("auto_checkpoint"), "auto_checkpoint"),
-        checkpoint_cost_s=_positive(data.get("checkpoint_cost_s"), "checkpoint_cost_s", "seconds"),
-        mtbf_hours=_positive(data.get("mtbf_hours"), "mtbf_hours", "hours"),
-    )
-
-
-def _on(value: object) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise PolicyError("on", "must be an object of trigger: action")
-    out = {}
-    for trigger, action in value.items():
-        where = f"on.{trigger}"
-        if trigger not in TRIGGERS:
-            raise PolicyError(where, f"unknown trigger; one of {', '.join(TRIGGERS)}")
-        if action not in ACTIONS:
-            raise PolicyError(where, f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
-        if trigger in NOTIFY_ONLY and action not in ("none", "notify"):
-            raise PolicyError(where, f"{trigger} can only be notified (none or notify), not {action}")
-        out[trigger] = action
-    return out
+    """Validate a policy object (one layer) against :data:`POLICY`; :class:`PolicyError` names the field."""
+    try:
+        said = POLICY.read(data)
+    except BodyError as exc:
+        raise PolicyError(exc.field or "policy", exc.message) from None
+    on = said.pop("on") or {}
+    notify = said.pop("notify") or ()
+    return Policy(on={t: a for t, a in on.items() if a is not None}, notify=tuple(notify), **said)
 
 
 def _first(value: Any, fallback: Any) -> Any:
     return value if value is not None else fallback
-
-
-def _positive(value: object, name: str, what: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise PolicyError(name, f"must be a positive finite number ({what}), got {value!r}")
-    return float(value)
-
-
-def _deadline(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value) or value <= 0:
-            raise PolicyError("deadline", f"must be a time (Unix seconds or RFC 3339), got {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        try:
-            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise PolicyError("deadline", f"not an RFC 3339 time: {value[:64]!r}") from None
-        if when.tzinfo is None:
-            raise PolicyError("deadline", f"give a time zone (Z or +01:00): {value[:64]!r}")
-        return when.timestamp()
-    raise PolicyError("deadline", f"must be a time (Unix seconds or RFC 3339), got {type(value).__name__}")
-
-
-def _bool(value: object, name: str) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise PolicyError(name, f"must be true or false, got {value!r}")
-
-
-def _metric(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not is_valid_metric_name(value):
-        raise PolicyError("metric", "must be a metric name (1-64 printable characters)")
-    return value
-
-
-def _mode(value: object) -> str | None:
-    if value is None or value in ("min", "max"):
-        return value
-    raise PolicyError("mode", f"must be min (lower is better) or max, got {value!r}")
-
-
-def _targets(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and 0 < len(v) <= 2048 for v in value):
-        raise PolicyError("notify", "must be a list of target URLs")
-    if len(value) > MAX_TARGETS:
-        raise PolicyError("notify", f"at most {MAX_TARGETS} targets, got {len(value)}")
-    return tuple(value)

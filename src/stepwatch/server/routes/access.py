@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from starlette.requests import Request
@@ -13,11 +12,10 @@ from ...protocol import LIMITS
 from ..auth import mint_token
 from ..errors import ApiError
 from ..store import AuditEntry
-from .common import blocking, check_name, hash_token, identify, read_json, require, services
+from .bodies import TOKEN_REQUEST, read_declared
+from .common import blocking, check_name, hash_token, identify, require, services
 
 __all__ = ["routes"]
-
-MAX_EXPIRY_S = 10 * 366 * 86400.0
 
 
 async def whoami(request: Request) -> JSONResponse:
@@ -52,28 +50,9 @@ async def create_token(request: Request) -> JSONResponse:
     a new token; its secret is in this answer only."""
     svc = services(request)
     identity = await require(request, "admin")
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise ApiError(422, "the body must be a JSON object")
-    namespaces = body.get("namespaces")
-    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
-        raise ApiError(422, 'namespaces must be a list of namespace names, or ["*"] for all', "namespaces")
-    expires_in = body.get("expires_in")
+    said = await read_declared(request, TOKEN_REQUEST)
     now = svc.clock()
-    expires_at: float | None = None
-    if expires_in is not None:
-        if (
-            isinstance(expires_in, bool)
-            or not isinstance(expires_in, (int, float))
-            or not math.isfinite(expires_in)
-            or not 0 < expires_in <= MAX_EXPIRY_S
-        ):
-            raise ApiError(422, "expires_in must be seconds, above 0 and at most ten years", "expires_in")
-        expires_at = now + float(expires_in)
-    reason = _reason(body.get("reason", ""))
-    role, name = body.get("role"), body.get("name")
-    if not isinstance(role, str) or not isinstance(name, str):
-        raise ApiError(422, "role and name are required strings", "role" if not isinstance(role, str) else "name")
+    expires_at = now + said["expires_in"] if said["expires_in"] is not None else None
     if not svc.auth.enabled:
         raise ApiError(
             409,
@@ -82,10 +61,12 @@ async def create_token(request: Request) -> JSONResponse:
             "into the database: stepwatch token create --db PATH (see docs/auth.md)",
         )
     try:
-        token, secret = mint_token(role, namespaces, name, now, expires_at=expires_at, by=identity.who)
+        token, secret = mint_token(
+            said["role"], said["namespaces"], said["name"], now, expires_at=expires_at, by=identity.who
+        )
     except ValueError as exc:
         raise ApiError(422, str(exc)) from None
-    entry = AuditEntry(now, identity.who, "token_created", "", "", reason, _token_data(token.to_dict()))
+    entry = AuditEntry(now, identity.who, "token_created", "", "", said["reason"], _token_data(token.to_dict()))
     await blocking(svc.store.create_token, token, hash_token(secret), entry)
     return JSONResponse({"token": token.to_dict(), "secret": secret}, status_code=201)
 

@@ -10,26 +10,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import (
-    COMMAND_KINDS,
-    LIMITS,
-    ProtocolError,
-    is_valid_metric_name,
-    validate_name,
-    validate_params,
-)
+from ...protocol import LIMITS, is_valid_metric_name
 from ..errors import ApiError
 from ..history import downsampled
 from ..ingest_steps import review
 from ..responses import FastJSONResponse
 from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Event, Job, JobFilter
 from ..views import job_view
+from .bodies import COMMAND_REQUEST, REGISTRATION, STATE_CHANGE, read_declared
 from .common import (
     blocking,
     check_name,
     hash_token,
     identify,
-    read_json,
     require,
     require_job,
     require_writer,
@@ -50,27 +43,12 @@ async def register(request: Request) -> JSONResponse:
     """``POST /api/v1/namespaces/{namespace}/jobs``: a new job (or a new attempt) and its write token."""
     await require(request, "editor", request.path_params["namespace"])
     namespace = check_name(request.path_params["namespace"], "namespace")
-    body = _object(await read_json(request))
-    if body.get("name") is None:
-        raise ApiError(422, "name is required: a Kubernetes name (lowercase letters, digits and '-')", "name")
-    try:
-        name = validate_name(body.get("name"), "name")
-        params = validate_params(body["params"]) if body.get("params") is not None else None
-    except ProtocolError as exc:
-        raise ApiError(422, exc.message, exc.field) from None
-    fields: dict[str, Any] = {
-        "total_steps": _optional_int(body, "total_steps", minimum=1),
-        "total_epochs": _optional_number(body, "total_epochs", minimum=0.0),
-        "gpus": _optional_number(body, "gpus", minimum=0.0) or 0.0,
-        "gpu_hour_cost": _optional_number(body, "gpu_hour_cost", minimum=0.0) or 0.0,
-        "gpu_type": _gpu_type(body),
-        "source": _choice(body, "source", ("native", "runner", "kubeflow"), "native"),
-        "supersede": _flag(body, "supersede"),
-        "policy": (await read_policy(services(request), body["policy"], "policy.")).to_dict()
-        if body.get("policy") is not None
-        else None,
-    }
     svc = services(request)
+    fields = await read_declared(request, REGISTRATION)
+    name, params = fields.pop("name"), fields.pop("params")
+    fields["gpu_type"] = (fields["gpu_type"] or "").lower()
+    if fields["policy"] is not None:  # checked by its declaration; its notification targets here
+        fields["policy"] = (await read_policy(svc, fields["policy"], "policy.")).to_dict()
     if not fields["gpu_hour_cost"] and fields["gpus"]:  # the server's default price for its namespace and GPU type
         fields["gpu_hour_cost"] = svc.prices.price(namespace, fields["gpu_type"])
     token = secrets.token_urlsafe(32)
@@ -236,11 +214,8 @@ async def add_command(request: Request) -> JSONResponse:
     svc = services(request)
     identity = await require(request, "editor", request.path_params["namespace"])
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    body = _object(await read_json(request))
-    kind = _choice(body, "kind", COMMAND_KINDS, None)
-    reason = body.get("reason", "")
-    if not isinstance(reason, str) or len(reason) > LIMITS.max_reason_length:
-        raise ApiError(422, f"reason must be a string of at most {LIMITS.max_reason_length} characters", "reason")
+    said = await read_declared(request, COMMAND_REQUEST)
+    kind, reason = said["kind"], said["reason"]
     if job.state in ("finished", "failed", "stopped"):
         raise ApiError(409, f"job {job.key} has already {job.state}: there is nothing to {kind}", "kind")
     command = await blocking(svc.store.add_command, job, kind, reason, svc.clock(), identity.who)
@@ -262,17 +237,8 @@ async def set_state(request: Request) -> JSONResponse:
     """``POST .../jobs/{name}/state`` (job token): the runner records how the process ended."""
     svc = services(request)
     job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
-    body = _object(await read_json(request))
-    state = _choice(body, "state", ("running", "finished", "failed", "stopped"), None)
-    exit_code = body.get("exit_code")
-    # 32 bits: the column's type on PostgreSQL (a larger one was a 500 from the database driver)
-    if exit_code is not None and (
-        not isinstance(exit_code, int) or isinstance(exit_code, bool) or not -(2**31) <= exit_code < 2**31
-    ):
-        raise ApiError(422, "exit_code must be an integer (a 32-bit exit status)", "exit_code")
-    reason = body.get("reason", "")
-    if not isinstance(reason, str) or len(reason) > LIMITS.max_reason_length:
-        raise ApiError(422, f"reason must be a string of at most {LIMITS.max_reason_length} characters", "reason")
+    said = await read_declared(request, STATE_CHANGE)
+    state, exit_code, reason = said["state"], said["exit_code"], said["reason"]
     before = job.state
     job = await blocking(svc.store.set_state, job, state, svc.clock(), reason, exit_code)
     job = await review(svc, job, svc.clock())
@@ -283,65 +249,7 @@ async def set_state(request: Request) -> JSONResponse:
     return JSONResponse(view)
 
 
-# ----------------------------------------------------------------------------------------- parsing
-
-
-def _gpu_type(body: dict[str, Any]) -> str:
-    value = body.get("gpu_type")
-    if value is None:
-        return ""
-    if not isinstance(value, str) or not value or len(value) > 64 or not value.isprintable():
-        raise ApiError(422, "gpu_type must be a GPU type such as a100 or h100 (1-64 printable characters)", "gpu_type")
-    return value.lower()
-
-
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ApiError(422, f"the body must be a JSON object, got {type(body).__name__}")
-    return body
-
-
-def _optional_int(body: dict[str, Any], key: str, minimum: int) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ApiError(422, f"{key} must be an integer >= {minimum}, got {str(value)[:40]!r}", key)
-    if value > LIMITS.max_integer:  # beyond what the store keeps (it was a 500 from the database driver)
-        raise ApiError(422, f"{key} must be at most {LIMITS.max_integer}, got {str(value)[:40]!r}", key)
-    return value
-
-
-_MAX_NUMBER = 1e9
-"""Largest GPU count, price or epoch count: a cost of GPUs x price x hours stays a finite float (a larger
-one overflowed to infinity, and the job's views became 500s)."""
-
-
-def _optional_number(body: dict[str, Any], key: str, minimum: float) -> float | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    # the chained comparison is False for NaN and the infinities, and exact for integers of any size
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not minimum <= value < math.inf:
-        raise ApiError(422, f"{key} must be a finite number >= {minimum:g}, got {str(value)[:40]!r}", key)
-    if value > _MAX_NUMBER:
-        raise ApiError(422, f"{key} must be at most {_MAX_NUMBER:g}, got {str(value)[:40]!r}", key)
-    return float(value)
-
-
-def _flag(body: dict[str, Any], key: str) -> bool:
-    value = body.get(key, False)
-    if not isinstance(value, bool):
-        raise ApiError(422, f"{key} must be true or false, got {str(value)[:40]!r}", key)
-    return value
-
-
-def _choice(body: dict[str, Any], key: str, allowed: tuple[str, ...], default: str | None) -> str:
-    value = body.get(key, default)
-    if value not in allowed:
-        raise ApiError(422, f"{key} must be one of {', '.join(allowed)}, got {str(value)[:40]!r}", key)
-    assert isinstance(value, str)
-    return value
+# ----------------------------------------------------------------------------------------- queries
 
 
 def _query_number(raw: str | None, key: str, low: float, high: float) -> float | None:

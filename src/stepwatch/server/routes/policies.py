@@ -20,14 +20,14 @@ __all__ = ["policy_view", "read_policy", "routes"]
 
 async def read_policy(svc: Services, data: Any, prefix: str = "") -> Policy:
     """A policy layer from a request body (its notification targets checked, their names resolved in a
-    worker thread), or 422 naming the field."""
+    worker thread), or 422 naming the field (``prefix``: where the policy sits in the body)."""
     try:
         policy = parse_policy(data)
         if policy.notify:
             await blocking(svc.policies.book.check_targets, policy.notify)
         return policy
     except PolicyError as exc:
-        raise ApiError(422, exc.message, f"{prefix}{exc.field}") from None
+        raise ApiError(422, f"{prefix}{exc}", f"{prefix}{exc.field}") from None
 
 
 def policy_view(svc: Services, job: Job) -> dict[str, Any]:
