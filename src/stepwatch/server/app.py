@@ -29,7 +29,6 @@ from .routes import access, costs, ingest, jobs, meta, policies, web
 from .routes.common import Services, blocking
 from .runners.kubernetes.wiring import start_kubernetes
 from .settings import ServerSettings
-from .siblings import SiblingRelay, WorkerRole
 from .store import SQLiteStore, Store, StoreError
 
 __all__ = ["create_app", "open_store"]
@@ -37,12 +36,11 @@ __all__ = ["create_app", "open_store"]
 _log = logging.getLogger("stepwatch.server")
 
 
-def open_store(settings: ServerSettings, shared: bool = False) -> Store:
-    """The store the settings name: PostgreSQL for a ``postgresql://`` URL, else the SQLite file
-    (``shared``: other workers of this server write it too)."""
+def open_store(settings: ServerSettings) -> Store:
+    """The store the settings name: PostgreSQL for a ``postgresql://`` URL, else the SQLite file."""
     url = settings.postgres_url()
     if url is None:
-        return SQLiteStore(settings.database_path(), shared=shared)
+        return SQLiteStore(settings.database_path())
     try:
         from .store.postgres import PostgresStore
     except ImportError as exc:
@@ -72,22 +70,16 @@ def create_app(
     *,
     store: Store | None = None,
     clock: Callable[[], float] = time.time,
-    worker: WorkerRole | None = None,
 ) -> Starlette:
     """A stepwatch server application. The store is opened here and closed at shutdown.
 
-    ``worker``: this application is one of several processes of one server (``--workers``); only the
-    primary does what must be done once, and live updates are relayed to the others.
     ``ValueError`` when the access settings are unsafe (auth none on a non-loopback address)."""
     settings = settings or ServerSettings()
     problem = settings.auth_problem()
     if problem is not None:
         raise ValueError(problem)
     owned = store is None
-    primary = worker is None or worker.primary
-    the_store = _limited(
-        store if store is not None else open_store(settings, shared=worker is not None and worker.count > 1), settings
-    )
+    the_store = _limited(store if store is not None else open_store(settings), settings)
     services = Services(
         store=the_store,
         live=Broadcaster(
@@ -115,9 +107,8 @@ def create_app(
         bridge = replicas.bridge_for(the_store, services.live, clock)
         if bridge is not None:
             await bridge.start()
-        relay = await SiblingRelay.start_for(services.live, worker)  # the other workers of this server
         await notifier.start()
-        kubernetes = await start_kubernetes(app, settings, services) if primary else None
+        kubernetes = await start_kubernetes(app, settings, services)
         sweeper = asyncio.create_task(
             health.sweep_forever(
                 services.health,
@@ -126,11 +117,10 @@ def create_app(
                 blocking,
                 clock,
                 settings.health_sweep_s,
-                services.policies.review if primary else None,
-                silence=primary,
+                services.policies.review,
             )
         )
-        retainer = retention.start(the_store, blocking, clock, settings) if primary else None
+        retainer = retention.start(the_store, blocking, clock, settings)
         try:
             yield
         finally:
@@ -138,9 +128,8 @@ def create_app(
             await notifier.aclose(timeout_s=5)
             if kubernetes is not None:
                 await kubernetes()
-            for link in (bridge, relay):
-                if link is not None:
-                    await link.aclose()
+            if bridge is not None:
+                await bridge.aclose()
             if owned:
                 the_store.close()
 
@@ -174,5 +163,4 @@ def create_app(
     app.state.notifier = notifier
     app.state.prometheus = registry_for(the_store, clock, services.stats, notifier)
     app.state.settings = settings
-    app.state.worker = worker
     return app
