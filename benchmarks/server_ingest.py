@@ -21,7 +21,18 @@ Sections (docs/server-performance.md says what each figure means):
 3. history: ``GET .../history?metrics=loss&max_points=1000`` of a job with 1,000,000 stored windows;
 4. listing: ``GET /api/v1/jobs?limit=10000`` (and ``limit=50``) over 10,000 jobs;
 5. memory: the server's RSS with 10,000 jobs and 10,000,000 points stored, after a list and a
-   history read.
+   history read;
+6. one process, and replicas, side by side: the back-to-back load of section 1 (fresh jobs, 10 s)
+   against, in turn, a bare uvicorn + Starlette endpoint that reads the same body and answers 200
+   (the floor), SQLite served by one process with the code before (``--baseline REV``, a ``git
+   archive`` of that commit's src/, or ``--baseline-src PATH``) and with this tree, and PostgreSQL
+   (``--database-url``: a throwaway database made there and dropped) with 1 and with 2 replicas, the
+   load generators split across the replicas' ports (no load balancer). Reports/s, p50/p99, and the
+   CPU per report of the server processes and of PostgreSQL's backends (``--rounds N`` measures each
+   target N times, in turn)::
+
+    .venv/bin/python benchmarks/server_ingest.py --sections 6 --baseline main \
+        --database-url postgresql://root@127.0.0.1/test
 
 Sections 3-5 share one database, built with the server stopped: jobs through ``SQLiteStore.register``
 and one ``SQLiteStore.ingest_report`` each, points with ``executemany`` into the ``points`` table (a
@@ -94,6 +105,8 @@ FULL = {
     "history_windows": 1_000_000,
     "jobs": 10_000,
     "points": 10_000_000,
+    "compare_s": 10.0,
+    "rounds": 1,
 }
 QUICK = {
     "reporters": 40,
@@ -111,6 +124,8 @@ QUICK = {
     "history_windows": 20_000,
     "jobs": 500,
     "points": 200_000,
+    "compare_s": 2.0,
+    "rounds": 1,
 }
 
 
@@ -206,31 +221,31 @@ def emit(result: dict[str, Any]) -> None:
 
 
 class Server:
-    """``python -m stepwatch server`` on a free loopback port, in its own process."""
+    """``python -m stepwatch server`` on a free loopback port, in its own process: on the SQLite file ``db``,
+    or on ``database_url``; the stepwatch of ``src`` (default: this tree's); ``command`` instead of the
+    stepwatch server (the bare endpoint: it gets ``--port PORT``)."""
 
-    def __init__(self, db: Path, log: Path, workers: int = 1) -> None:
+    def __init__(
+        self,
+        db: Path | None,
+        log: Path,
+        *,
+        database_url: str | None = None,
+        src: Path | None = None,
+        command: list[str] | None = None,
+    ) -> None:
         self.db = db
-        self.workers = workers
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.bases = [self.base]
         self.log_path = log
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        where = ["--database-url", database_url] if database_url else ["--db", str(db)]
+        server = [sys.executable, "-m", "stepwatch", "server", *where, "--log-level", "warning"]
         # BENCH_SERVER_PREFIX wraps the server for profiling, e.g. "py-spy record -r 200 -f raw -o prof.txt --"
-        cmd = [
-            *shlex.split(os.environ.get("BENCH_SERVER_PREFIX", "")),
-            sys.executable,
-            "-m",
-            "stepwatch",
-            "server",
-            "--port",
-            str(self.port),
-            "--db",
-            str(db),
-            "--log-level",
-            "warning",
-            *(["--workers", str(workers)] if workers > 1 else []),
-        ]
-        env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        cmd = [*shlex.split(os.environ.get("BENCH_SERVER_PREFIX", "")), *(command or server), "--port", str(self.port)]
+        source = str(src or REPO / "src")
+        env = {**os.environ, "PYTHONPATH": source + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.pid = self.proc.pid
@@ -259,22 +274,15 @@ class Server:
         except OSError:
             return ""
 
-    def pids(self) -> list[int]:
-        """The server's processes: the server, or the supervisor and its workers (--workers)."""
-        try:
-            with open(f"/proc/{self.pid}/task/{self.pid}/children", encoding="ascii") as fh:
-                return [self.pid, *(int(p) for p in fh.read().split())]
-        except OSError:
-            return [self.pid]
-
     def cpu_s(self) -> float:
-        return sum(self.cpu_by_process().values())
+        return proc_cpu_s(self.pid)
 
-    def cpu_by_process(self) -> dict[int, float]:
-        return {pid: proc_cpu_s(pid) for pid in self.pids()}
+    def db_cpu_s(self) -> float:
+        """CPU of the database's own processes (none: SQLite works inside the server)."""
+        return 0.0
 
     def rss_mb(self, field: str = "VmRSS") -> float:
-        return sum(proc_status_kb(pid, field) for pid in self.pids()) / 1024
+        return proc_status_kb(self.pid, field) / 1024
 
     def threads(self) -> int:
         return proc_status_kb(self.pid, "Threads")
@@ -554,7 +562,7 @@ class LoadGenerator:
 
 
 def ingest_phase(
-    server: Server,
+    server: Server | Replicas,
     jobs: list[tuple[str, str]],
     cfg: dict[str, Any],
     duration_s: float,
@@ -574,7 +582,7 @@ def ingest_phase(
         run_child(
             "loadgen",
             {
-                "base": server.base,
+                "base": server.bases[i % len(server.bases)],  # replicas: the generators split across their ports
                 "jobs": jobs[i::procs],
                 "start_at": start_at,
                 "measure_from": measure_from,
@@ -589,14 +597,12 @@ def ingest_phase(
         for i in range(procs)
     ]
     time.sleep(max(0.0, measure_from - time.time()))
-    cpu0 = server.cpu_s()
-    by0 = server.cpu_by_process()
+    cpu0, db0 = server.cpu_s(), server.db_cpu_s()
     gen0 = [proc_cpu_s(c.pid) for c in children]
     machine0 = machine_cpu_s()
     wall0 = time.perf_counter()
     time.sleep(max(0.0, end_at - time.time()))
-    cpu1 = server.cpu_s()
-    by1 = server.cpu_by_process()
+    cpu1, db1 = server.cpu_s(), server.db_cpu_s()
     gen1 = [proc_cpu_s(c.pid) for c in children]
     machine1 = machine_cpu_s()
     wall = time.perf_counter() - wall0
@@ -615,6 +621,7 @@ def ingest_phase(
     accepted = statuses.get("404" if target == "floor" else "200", 0)
     seconds = [per_second.get(s, 0) for s in range(int(duration_s))]
     server_cpu = cpu1 - cpu0
+    db_cpu = db1 - db0
     gen_cpu = sum(b - a for a, b in zip(gen0, gen1))
     busy = machine1["busy"] - machine0["busy"]
     return {
@@ -638,12 +645,12 @@ def ingest_phase(
         "max_ms": max(latencies) if latencies else math.nan,
         "server_cpu_s": server_cpu,
         "server_cores": server_cpu / wall,
-        "server_cores_by_process": [round((by1[p] - by0.get(p, by1[p])) / wall, 2) for p in by1],
         "server_cpu_ms_per_request": 1000 * server_cpu / accepted if accepted else math.nan,
+        "db_cpu_ms_per_request": 1000 * db_cpu / accepted if accepted else math.nan,
         "loadgen_cpu_s": gen_cpu,
         "loadgen_cores": gen_cpu / wall,
         "loadgen_cpu_ms_per_request": 1000 * gen_cpu / accepted if accepted else math.nan,
-        "other_cores": max(0.0, (busy - server_cpu - gen_cpu) / wall),
+        "other_cores": max(0.0, (busy - server_cpu - db_cpu - gen_cpu) / wall),
         "steal_cores": (machine1["steal"] - machine0["steal"]) / wall,
         "idle_cores": (machine1["idle"] - machine0["idle"]) / wall,
     }
@@ -688,6 +695,8 @@ def last_step(db: Path) -> int:
 def section_ingest(server: Server, cfg: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
     """Fresh jobs, then other jobs with an hour of reports behind them (back to back, then paced)."""
     n = cfg["reporters"]
+    db = server.db
+    assert db is not None, "section 1 runs on SQLite"
     t0 = time.perf_counter()
     fresh_jobs = register_jobs(server.base, [f"fresh-{i:04d}" for i in range(n)])
     hour_names = [f"hour-{i:04d}" for i in range(n)]
@@ -697,7 +706,7 @@ def section_ingest(server: Server, cfg: dict[str, Any], progress: Callable[[str]
     out["floor"] = ingest_phase(server, fresh_jobs, cfg, cfg["floor_s"], None, "f", target="floor", warmup_s=1.0)
     progress(f"   fresh jobs: {n} reporters back to back, {cfg['duration_s']:g} s")
     out["fresh"] = ingest_phase(server, fresh_jobs, cfg, cfg["duration_s"], None, "s")
-    out["seeded_reports"], step = seed_progress_history(server.db, hour_names, 3600.0, 2.0)
+    out["seeded_reports"], step = seed_progress_history(db, hour_names, 3600.0, 2.0)
     progress(
         f"   {n} other jobs with an hour of reports ({out['seeded_reports']:,} rows): back to back, "
         f"{cfg['duration_s']:g} s"
@@ -711,7 +720,7 @@ def section_ingest(server: Server, cfg: dict[str, Any], progress: Callable[[str]
     # core does. The production pace (every 2 s), then half the capacity measured just above.
     progress(f"   paced: every 2 s, {cfg['paced_s']:g} s")
     phase = ingest_phase(
-        server, hour_jobs, cfg, cfg["paced_s"], 2.0, "p", warmup_s=cfg["paced_warmup_s"], base_step=last_step(server.db)
+        server, hour_jobs, cfg, cfg["paced_s"], 2.0, "p", warmup_s=cfg["paced_warmup_s"], base_step=last_step(db)
     )
     out["paced"].append({"label": f"every 2 s ({n / 2:,.0f}/s offered)", **phase})
     capacity = steady.get("accepted_per_s", 0.0)
@@ -727,7 +736,7 @@ def section_ingest(server: Server, cfg: dict[str, Any], progress: Callable[[str]
             period,
             "h",
             warmup_s=cfg["paced_warmup_s"],
-            base_step=last_step(server.db),
+            base_step=last_step(db),
         )
         out["paced"].append({"label": f"every {period:.2f} s ({rate:,.0f}/s, half the capacity)", **phase})
     out["rss_after_mb"] = server.rss_mb()
@@ -1174,6 +1183,220 @@ def list_breakdown(db: Path, limit: int = 10_000) -> dict[str, Any]:
         store.close()
 
 
+# ------------------------------------------------------------- 6. one process, and replicas
+
+
+BARE_ANSWER = b'{"commands":[]}'
+"""What the bare endpoint answers: the body of a report's answer with no command pending."""
+
+
+def serve_bare(port: int) -> None:
+    """The floor of section 6: uvicorn and Starlette as the server runs them, with one route that reads a
+    report's body and answers 200 (no parsing, no auth, no store); ``/healthz`` for the start-up wait."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def report(request: Request) -> Response:
+        await request.body()
+        return Response(BARE_ANSWER, media_type="application/json")
+
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    app = Starlette(
+        routes=[
+            Route("/api/v1/namespaces/{namespace}/jobs/{name}/reports", report, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, timeout_keep_alive=30)
+
+
+class PostgresDatabase:
+    """A throwaway database on the PostgreSQL server of ``admin_url`` (made here, dropped by :meth:`drop`),
+    and the CPU of the backends that serve it (from /proc: the PostgreSQL server runs on this machine)."""
+
+    def __init__(self, admin_url: str) -> None:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
+        self.name = f"stepwatch_bench_{os.getpid()}_{random.randrange(1 << 30):x}"
+        self._admin = psycopg.connect(admin_url, autocommit=True)
+        self._admin.execute(f'CREATE DATABASE "{self.name}"')
+        params = conninfo_to_dict(admin_url)
+        password = f":{params['password']}" if params.get("password") else ""
+        where = f"{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}"
+        self.url = f"postgresql://{params.get('user', '')}{password}@{where}/{self.name}"
+
+    def cpu_s(self) -> float:
+        """CPU seconds of the backends connected to this database now (not PostgreSQL's shared processes:
+        its WAL writer and checkpointer serve every database of the server)."""
+        rows = self._admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.name,)).fetchall()
+        total = 0.0
+        for (pid,) in rows:
+            try:
+                total += proc_cpu_s(int(pid))
+            except OSError:  # gone meanwhile, or not on this machine
+                pass
+        return total
+
+    def drop(self) -> None:
+        self._admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        self._admin.close()
+
+
+class Replicas:
+    """Servers on one throwaway PostgreSQL database, used as one server by :func:`ingest_phase`: the load
+    generators split across their ports (no load balancer here), their CPU is summed."""
+
+    def __init__(self, admin_url: str, count: int, tmp: Path) -> None:
+        self.database = PostgresDatabase(admin_url)
+        self.servers: list[Server] = []
+        try:
+            for i in range(count):  # one after the other: the first makes the schema
+                self.servers.append(Server(None, tmp / f"server-pg{count}-{i}.log", database_url=self.database.url))
+        except BaseException:
+            self.stop()
+            raise
+        self.base = self.servers[0].base
+        self.bases = [s.base for s in self.servers]
+
+    def cpu_s(self) -> float:
+        return sum(s.cpu_s() for s in self.servers)
+
+    def db_cpu_s(self) -> float:
+        return self.database.cpu_s()
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        self.database.drop()
+
+    def __enter__(self) -> Replicas:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def source_label(src: Path) -> str:
+    """The commit of a checkout's ``src`` folder (or the folder, outside git)."""
+    git = ["git", "-C", str(src), "rev-parse", "--short", "HEAD"]
+    done = subprocess.run(git, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else str(src)
+
+
+def export_source(rev: str, into: Path) -> Path:
+    """The ``src`` folder of commit ``rev`` of this repository (``git archive``), for the baseline."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+Target = tuple[str, str, "Callable[[], Server | Replicas] | str"]
+"""Section 6's targets: key, label, and how to start it (or why it is not run)."""
+
+
+def compare_targets(cfg: dict[str, Any], tmp: Path) -> list[Target]:
+    """What section 6 measures, in this order."""
+    bare = [sys.executable, str(HERE), "--serve-bare"]
+    before = cfg.get("baseline_src")
+    url = cfg.get("database_url")
+    return [
+        ("bare", "bare uvicorn + Starlette endpoint (floor)", lambda: Server(None, tmp / "bare.log", command=bare)),
+        (
+            "sqlite_before",
+            f"SQLite, one process, before ({cfg.get('baseline_label') or before})",
+            (lambda: Server(tmp / "before.db", tmp / "before.log", src=Path(before))) if before else "no --baseline",
+        ),
+        ("sqlite", "SQLite, one process, this tree", lambda: Server(tmp / "this.db", tmp / "this.log")),
+        ("postgres_1", "PostgreSQL, 1 replica", (lambda: Replicas(url, 1, tmp)) if url else "no --database-url"),
+        ("postgres_2", "PostgreSQL, 2 replicas", (lambda: Replicas(url, 2, tmp)) if url else "no --database-url"),
+    ]
+
+
+def section_compare(cfg: dict[str, Any], tmp: Path, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Every target in turn, ``rounds`` times: fresh jobs, back to back. The bare endpoint gets the same
+    bodies on the paths of jobs nobody registered."""
+    n = cfg["reporters"]
+    tmp.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for round_no in range(1, cfg["rounds"] + 1):
+        for key, label, start in compare_targets(cfg, tmp):
+            row: dict[str, Any] = {"key": key, "label": label, "round": round_no}
+            rows.append(row)
+            if isinstance(start, str):
+                row["unavailable"] = start
+                continue
+            progress(f"6. round {round_no}, {label}: {n} reporters back to back, {cfg['compare_s']:g} s")
+            try:
+                with start() as server:
+                    names = [f"r{round_no}-{i:04d}" for i in range(n)]
+                    jobs = [(name, "none") for name in names] if key == "bare" else register_jobs(server.base, names)
+                    row.update(ingest_phase(server, jobs, cfg, cfg["compare_s"], None, f"c{round_no}{key}"))
+            except Exception as exc:  # cannot start (no psycopg, PostgreSQL down, a bad baseline): said in its row
+                row["unavailable"] = f"{type(exc).__name__}: {exc}"[:160]
+    return rows
+
+
+def compare_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Section 6's table, one line per target and round; CPU per report beside the floor of the same round."""
+    floors = {r["round"]: r["server_cpu_ms_per_request"] for r in rows if r["key"] == "bare" and "unavailable" not in r}
+    rounds = max((r["round"] for r in rows), default=1)
+    out: list[tuple[str, ...]] = []
+    for r in rows:
+        name = r["label"] + (f", round {r['round']}" if rounds > 1 else "")
+        if "unavailable" in r:
+            out.append((name, "-", "-", "-", "-", "-", r["unavailable"]))
+            continue
+        ms = r["server_cpu_ms_per_request"]
+        floor = floors.get(r["round"])
+        bad = sum(v for k, v in r["statuses"].items() if k != "200")
+        out.append(
+            (
+                name,
+                f"{r['accepted_per_s']:,.0f}",
+                f"{fmt_ms(r['p50_ms'])} / {fmt_ms(r['p99_ms'])}",
+                f"{ms:.2f}",
+                f"{r['db_cpu_ms_per_request']:.2f}" if r["key"].startswith("postgres") else "-",
+                f"{ms / floor:.1f}x" if floor and r["key"] != "bare" else "-",
+                f"{r['server_cores']:.2f} / {r['loadgen_cores']:.2f} / {r['other_cores']:.2f}"
+                + (f"; {bad} not 200" if bad else ""),
+            )
+        )
+    return out
+
+
+def print_compare(results: dict[str, Any]) -> None:
+    cfg = results["config"]
+    header = (
+        "6. one process, and replicas",
+        "reports/s",
+        "p50 / p99",
+        "server CPU ms/report",
+        "db CPU ms/report",
+        "vs floor",
+        "cores: server / load / other",
+    )
+    lines = [header, *compare_rows(results["compare"])]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    print(
+        f"\n{cfg['reporters']} reporters back to back, {cfg['compare_s']:g} s each, fresh jobs, "
+        f"{cfg['loadgen_procs']} load generators (split across the replicas' ports); server: the stepwatch "
+        "processes; db: PostgreSQL's backends of the throwaway database; vs floor: server CPU per report "
+        "over the bare endpoint's"
+    )
+    for i, line in enumerate(lines):
+        cells = [cell.ljust(widths[k]) if k == 0 else cell.rjust(widths[k]) for k, cell in enumerate(line[:-1])]
+        print("  ".join([*cells, line[-1]]))
+        if i == 0:
+            print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+
+
 # ------------------------------------------------------------------------------------ the table
 
 
@@ -1222,10 +1445,9 @@ def table_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str, 
                 )
                 continue
             bad = sum(v for k, v in phase["statuses"].items() if k != "200")
-            procs = f", {cfg['workers']} server processes" if cfg.get("workers", 1) > 1 else ""
             rows.append(
                 (
-                    f"1 ingest, {n} reporters back to back, {what}{procs}",
+                    f"1 ingest, {n} reporters back to back, {what}",
                     f">= {TARGET_INGEST_RPS:,.0f} reports/s, all 200",
                     f"{phase['accepted_per_s']:,.0f} reports/s, {bad} not 200",
                     verdict(phase["accepted_per_s"] >= TARGET_INGEST_RPS and phase["all_ok"]),
@@ -1244,21 +1466,6 @@ def table_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str, 
                     "  server CPU per report; server busy",
                     "-",
                     f"{phase['server_cpu_ms_per_request']:.2f} ms; {phase['server_cores']:.2f} cores",
-                    "-",
-                )
-            )
-        one = results.get("ingest_one")
-        for key, what in (("fresh", "fresh jobs"), ("steady", "jobs with 1 h of reports")) if one else ():
-            phase = one[key]
-            if "unavailable" in phase:
-                continue
-            rows.append(
-                (
-                    f"  baseline, same run: one server process, {what}",
-                    "-",
-                    f"{phase['accepted_per_s']:,.0f} reports/s, {phase['server_cpu_ms_per_request']:.2f} ms CPU each; "
-                    f"x{ing[key]['accepted_per_s'] / max(phase['accepted_per_s'], 1e-9):.2f} with "
-                    f"{cfg['workers']}",
                     "-",
                 )
             )
@@ -1384,8 +1591,6 @@ def print_details(results: dict[str, Any]) -> None:
                 f"other processes {phase['other_cores']:.2f}, hypervisor steal {phase['steal_cores']:.2f}, "
                 f"idle {phase['idle_cores']:.2f}"
             )
-            if len(phase.get("server_cores_by_process", ())) > 1:
-                print(f"      server processes (supervisor, workers): {phase['server_cores_by_process']} cores")
             print(
                 f"      {phase['requests']:,} requests, statuses {phase['statuses']}, "
                 f"{phase['reconnects']} reconnections; p50 {fmt_ms(phase['p50_ms'])}, "
@@ -1485,7 +1690,7 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in under a minute")
-    parser.add_argument("--sections", default="12345", help="which sections to run (digits 1-5)")
+    parser.add_argument("--sections", default="123456", help="which sections to run (digits 1-6)")
     parser.add_argument("--reporters", type=int, help="concurrent reporters of section 1")
     parser.add_argument("--loadgen-procs", type=int, help="load-generator processes of section 1")
     parser.add_argument("--duration", type=float, help="seconds of each saturated ingest run")
@@ -1496,16 +1701,24 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
         "tenth of httpx's CPU per request) or httpx.AsyncClient",
     )
     parser.add_argument(
-        "--workers",
-        type=int,
-        default=2,
-        help="server processes for sections 1-2 (stepwatch server --workers; default 2, one per core here); "
-        "with more than 1, section 1 first measures one process back to back, as the baseline",
+        "--database-url",
+        help="section 6: a PostgreSQL server to measure replicas on (e.g. postgresql://root@127.0.0.1/test): a "
+        "throwaway database is created there and dropped at the end",
     )
+    base = parser.add_mutually_exclusive_group()
+    base.add_argument(
+        "--baseline", metavar="REV", help="section 6: also the code of this commit (git archive of its src/)"
+    )
+    base.add_argument(
+        "--baseline-src", metavar="PATH", help="section 6: also the code of this src/ folder (another checkout's)"
+    )
+    parser.add_argument("--rounds", type=int, help="section 6: how many times each target is measured, in turn")
     parser.add_argument("--points", type=int, help="points stored for section 5 (default 10,000,000)")
     parser.add_argument("--keep", metavar="DIR", help="keep the databases and server logs in this directory")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -1527,15 +1740,9 @@ def print_header(m: dict[str, Any], cfg: dict[str, Any], quick: bool) -> None:
 def run_sections(
     results: dict[str, Any], cfg: dict[str, Any], sections: str, tmp: Path, progress: Callable[[str], None]
 ) -> None:
-    workers = cfg["workers"]
-    if "1" in sections and workers > 1:
-        # the baseline, in the same run: one server process (the default), back to back only
-        with Server(tmp / "ingest-one.db", tmp / "server-ingest-one.log") as server:
-            progress(f"1. ingest, baseline: one server process, {cfg['duration_s']:g} s back to back")
-            results["ingest_one"] = section_ingest(server, {**cfg, "paced": False}, progress)
     if "1" in sections or "2" in sections:
-        with Server(tmp / "ingest.db", tmp / "server-ingest.log", workers) as server:
-            progress(f"server up in {server.ready_s:.2f} s at {server.base} ({workers} worker processes)")
+        with Server(tmp / "ingest.db", tmp / "server-ingest.log") as server:
+            progress(f"server up in {server.ready_s:.2f} s at {server.base}")
             if "1" in sections:
                 progress(f"1. ingest: {cfg['reporters']} reporters, {cfg['duration_s']:g} s back to back, then paced")
                 results["ingest"] = section_ingest(server, cfg, progress)
@@ -1563,12 +1770,21 @@ def run_sections(
             results["history_breakdown"] = history_breakdown(db)
         if "4" in sections:
             results["list_breakdown"] = list_breakdown(db)
+    if "6" in sections:
+        if cfg.get("baseline"):
+            cfg["baseline_src"] = str(export_source(cfg["baseline"], tmp / "baseline"))
+        if cfg.get("baseline_src"):
+            cfg["baseline_label"] = cfg.get("baseline") or source_label(Path(cfg["baseline_src"]))
+        results["compare"] = section_compare(cfg, tmp / "compare", progress)
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_options(argv)
     if opts.child:
         emit(CHILDREN[opts.child](json.loads(opts.child_args)))
+        return 0
+    if opts.serve_bare:
+        serve_bare(opts.port)
         return 0
 
     sys.path.insert(0, str(REPO / "src"))
@@ -1579,10 +1795,13 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": opts.duration,
         "client": opts.client,
         "points": opts.points,
-        "workers": opts.workers,
+        "rounds": opts.rounds,
+        "database_url": opts.database_url,
+        "baseline": opts.baseline,
+        "baseline_src": opts.baseline_src,
     }
     cfg.update({k: v for k, v in overrides.items() if v is not None})
-    sections = "".join(sorted(set(opts.sections) & set("12345")))
+    sections = "".join(sorted(set(opts.sections) & set("123456")))
     started = time.perf_counter()
 
     def progress(what: str) -> None:
@@ -1598,8 +1817,12 @@ def main(argv: list[str] | None = None) -> int:
         if not opts.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    print()
-    print_table(table_rows(results, cfg))
+    rows = table_rows(results, cfg)
+    if rows:
+        print()
+        print_table(rows)
+    if "compare" in results:
+        print_compare(results)
     print_details(results)
     results["elapsed_s"] = time.perf_counter() - started
     print(f"\ntotal time {results['elapsed_s']:.0f} s")

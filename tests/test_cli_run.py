@@ -308,6 +308,27 @@ def test_an_unusable_database_url_is_said_clearly() -> None:
     assert "unsupported database URL 'mysql://x/y'" in done.stderr
 
 
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_several_processes_on_sqlite_are_refused_with_the_way_to_them(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--workers` was removed: one process serves SQLite, several are PostgreSQL replicas (on any database)."""
+    from stepwatch.cli import main
+
+    args = ["server", "--db", str(tmp_path / "sw.db"), "--port", "0"]
+    if how == "flag":
+        args += ["--workers", "2"]
+    else:
+        monkeypatch.setenv("STEPWATCH_SERVER_WORKERS", "2")
+    assert main(args) == 2
+    named = "--workers" if how == "flag" else "STEPWATCH_SERVER_WORKERS"
+    assert capsys.readouterr().err == (
+        f"stepwatch server: {named}: one process serves SQLite; for several, run replicas on PostgreSQL "
+        "(docs/server.md)\n"
+    )
+    assert not (tmp_path / "sw.db").exists()
+
+
 def test_a_policy_checkpoints_and_stops_a_diverging_job(server: str, tmp_path: Path) -> None:
     """`stepwatch run --on diverging=checkpoint_stop`: the NaN loss makes the server queue a checkpoint and a stop;
     the script saves and exits by itself, within the grace period, and everything is on the job's timeline."""

@@ -48,3 +48,10 @@ def test_quick_benchmark_runs_and_prints_the_table(tmp_path: Path) -> None:
     assert results["sse"]["windows"] >= 1 and not results["sse"]["problems"]
     assert results["reads"]["history_long"]["points"] > 0
     assert results["reads"]["list_all"]["items"] == results["bulk"]["jobs"]
+    # section 6 without PostgreSQL or a baseline: the floor and this tree's one process, the others said why
+    compare = {row["key"]: row for row in results["compare"]}
+    for key in ("bare", "sqlite"):
+        assert compare[key]["statuses"] == {"200": compare[key]["requests"]} and compare[key]["requests"] > 0
+    assert compare["postgres_2"]["unavailable"] == "no --database-url"
+    assert compare["sqlite_before"]["unavailable"] == "no --baseline"
+    assert "6. one process, and replicas" in proc.stdout

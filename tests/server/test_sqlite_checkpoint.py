@@ -39,7 +39,7 @@ def test_the_store_copies_its_log_in_a_thread_and_the_writer_never_does(db_path:
         (result,) = store.ingest_reports([PendingReport(job, report, float(seq))])
         assert isinstance(result, IngestResult)
     assert wal.stat().st_size // frame > 2 * 1000  # far past SQLite's own limit: no commit copied it back
-    store._checkpointer = WalCheckpointer(store._open, pause_writers=store._writers_paused, every_s=0.05)
+    store._checkpointer = WalCheckpointer(store._open, pause_writers=lambda: store._write_lock, every_s=0.05)
     store._checkpointer.start()
     wait_for(lambda: store._checkpointer.copies > 0)
     last = Report.from_dict(make_report(201, 201, {"loss": 1.0}))

@@ -67,7 +67,7 @@ def running(port: int | None = None) -> list[Background]:
 
 
 def stop(server: Background) -> bool:
-    """End a background server and its workers: SIGTERM, then SIGKILL; ``True`` once it is gone."""
+    """End a background server (its process group): SIGTERM, then SIGKILL; ``True`` once it is gone."""
     _signal_group(server.pid, signal.SIGTERM)
     deadline = time.monotonic() + _STOP_WAIT_S
     while time.monotonic() < deadline and _alive(server.pid):

@@ -7,10 +7,8 @@ import errno
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..server import ServerSettings
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["register", "run"]
 
@@ -29,14 +27,7 @@ def register(commands: Any) -> None:
         "--host", default=None, help="address to listen on (default 127.0.0.1; env STEPWATCH_SERVER_HOST)"
     )
     parser.add_argument("--port", type=int, default=None, help="port (default 8642; env STEPWATCH_SERVER_PORT)")
-    parser.add_argument(
-        "--workers",
-        type=_workers,
-        default=None,
-        metavar="N",
-        help="server processes sharing the port and the database, for more reports per second than one core "
-        "allows (default 1; env STEPWATCH_SERVER_WORKERS; see docs/server.md)",
-    )
+    parser.add_argument("--workers", default=None, help=argparse.SUPPRESS)  # removed: refused with ONE_PROCESS
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--db", default=None, help="SQLite file (env STEPWATCH_DB)")
     where.add_argument(
@@ -72,14 +63,18 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _workers(text: str) -> int:
-    """``--workers``, read as its setting reads ``STEPWATCH_SERVER_WORKERS``."""
-    from ..server.settings import SERVER_SETTINGS
+ONE_PROCESS = "one process serves SQLite; for several, run replicas on PostgreSQL (docs/server.md)"
+"""Why ``--workers`` and ``STEPWATCH_SERVER_WORKERS`` are refused: several server processes on one SQLite
+file were removed (the way to more than one process is PostgreSQL with several replicas)."""
 
-    try:
-        return int(next(s for s in SERVER_SETTINGS if s.name == "workers").parse(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+
+def removed_workers(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
+    """The one-line refusal of a server asked for several processes the removed way; ``None`` when not asked."""
+    if getattr(args, "workers", None) is not None:
+        return f"--workers: {ONE_PROCESS}"
+    if environ.get("STEPWATCH_SERVER_WORKERS"):
+        return f"STEPWATCH_SERVER_WORKERS: {ONE_PROCESS}"
+    return None
 
 
 def port_problem(host: str, port: int) -> str | None:
@@ -130,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
     """Serve until interrupted (or, with ``stop``, end the background server)."""
     if getattr(args, "action", None) == "stop":
         return stop(args.port)
+    refused = removed_workers(args, os.environ)
+    if refused is not None:
+        print(f"stepwatch server: {refused}", file=sys.stderr)
+        return 2
     try:
         import uvicorn
 
@@ -148,7 +147,6 @@ def run(args: argparse.Namespace) -> int:
             {
                 "host": args.host,
                 "port": args.port,
-                "workers": getattr(args, "workers", None),
                 "db": args.db,
                 "database_url": args.database_url,
                 "auth": args.auth,
@@ -179,9 +177,7 @@ def run(args: argparse.Namespace) -> int:
     }
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host
     scheme = "https" if tls else "http"
-    where = f"{scheme}://{shown}:{settings.port} (database {path}"
-    if settings.workers > 1:
-        return serve_workers(settings, options, where)
+    where = f"{scheme}://{shown}:{settings.port} (database {path})"
     try:
         app = create_app(settings)
     except ValueError as exc:  # unsafe access settings
@@ -190,42 +186,10 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 1
-    print(f"stepwatch server on {where}); API docs at /docs", flush=True)
+    print(f"stepwatch server on {where}; API docs at /docs", flush=True)
     tune_for_serving()  # flat tail latency: no full GC pause every few seconds (see server.process)
     uvicorn.run(app, host=settings.host, port=settings.port, **options)
     return 0
-
-
-def serve_workers(settings: ServerSettings, options: dict[str, Any], where: str) -> int:
-    """``--workers N``: bind the port here, then serve from N forked processes (``server.workers``)."""
-    import uvicorn
-
-    from ..server import create_app
-    from ..server.app import open_store
-    from ..server.process import tune_for_serving
-    from ..server.store import StoreError
-    from ..server.workers import listening_sockets, supervise
-
-    try:  # the schema is brought up to date once, and a bad database or setting is said here
-        problem = settings.auth_problem()
-        if problem is not None:
-            raise ValueError(problem)
-        open_store(settings).close()
-        socks = listening_sockets(settings.host, settings.port, settings.workers)
-    except ValueError as exc:
-        print(f"stepwatch server: {exc}", file=sys.stderr)
-        return 2
-    except (StoreError, OSError) as exc:
-        print(f"stepwatch server: {exc}", file=sys.stderr)
-        return 1
-    print(f"stepwatch server on {where}, {settings.workers} workers); API docs at /docs", flush=True)
-
-    def serve(role: Any, listening: socket.socket) -> None:
-        tune_for_serving()
-        app = create_app(settings, worker=role)
-        uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[listening])
-
-    return supervise(settings.workers, socks, serve)
 
 
 def tls_files(certfile: str | None, keyfile: str | None) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 Its steps: open the store, make the services the routes share, wire the notifier to the policies, and
 start (at the application's start) what runs beside the routes: the health sweep, retention, the
-Kubernetes runner, the links to other replicas and workers."""
+Kubernetes runner, the live stream's link to other replicas."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from .routes import access, costs, ingest, jobs, meta, policies, web
 from .routes.common import Services, blocking
 from .runners.kubernetes.wiring import start_kubernetes
 from .settings import ServerSettings
-from .siblings import SiblingRelay, WorkerRole
 from .store import SQLiteStore, Store, StoreError
 
 __all__ = ["create_app", "open_store"]
@@ -41,12 +40,11 @@ __all__ = ["create_app", "open_store"]
 _log = logging.getLogger("stepwatch.server")
 
 
-def open_store(settings: ServerSettings, shared: bool = False) -> Store:
-    """The store the settings name: PostgreSQL for a ``postgresql://`` URL, else the SQLite file
-    (``shared``: other workers of this server write it too)."""
+def open_store(settings: ServerSettings) -> Store:
+    """The store the settings name: PostgreSQL for a ``postgresql://`` URL, else the SQLite file."""
     url = settings.postgres_url()
     if url is None:
-        return SQLiteStore(settings.database_path(), shared=shared)
+        return SQLiteStore(settings.database_path())
     try:
         from .store.postgres import PostgresStore
     except ImportError as exc:
@@ -76,20 +74,15 @@ def create_app(
     *,
     store: Store | None = None,
     clock: Callable[[], float] = time.time,
-    worker: WorkerRole | None = None,
 ) -> Starlette:
     """A stepwatch server application. The store is opened here and closed at shutdown.
 
-    ``worker``: this application is one of several processes of one server (``--workers``); only the
-    primary does what must be done once, and live updates are relayed to the others.
     ``ValueError`` when the access settings are unsafe (auth none on a non-loopback address)."""
     settings = settings or ServerSettings()
     problem = settings.auth_problem()
     if problem is not None:
         raise ValueError(problem)
-    the_store = _limited(
-        store if store is not None else open_store(settings, shared=worker is not None and worker.count > 1), settings
-    )
+    the_store = _limited(store if store is not None else open_store(settings), settings)
     services = _services(settings, the_store, clock)
     notifier = _notifier(settings, services)
     app = Starlette(
@@ -103,14 +96,13 @@ def create_app(
             *web.routes,
         ],
         exception_handlers={ApiError: handle_api_error, HTTPException: _http_error, Exception: _crash},
-        lifespan=_lifespan(settings, services, notifier, worker, owned=store is None),
+        lifespan=_lifespan(settings, services, notifier, owned=store is None),
         middleware=[Middleware(Guard, rules=settings.guard_rules())],
     )
     app.state.services = services
     app.state.notifier = notifier
     app.state.prometheus = registry_for(the_store, clock, services.stats, notifier)
     app.state.settings = settings
-    app.state.worker = worker
     return app
 
 
@@ -152,32 +144,27 @@ class _Background:
     sweeper: asyncio.Task[None]
     retainer: asyncio.Task[None] | None = None
     kubernetes: Callable[[], Awaitable[None]] | None = None
-    links: tuple[SiblingRelay | replicas.ReplicaBridge | None, ...] = ()
-    """The live stream's links to the other replicas and the other workers of this server."""
+    bridge: replicas.ReplicaBridge | None = None
+    """The live stream's link to the other replicas (PostgreSQL)."""
 
     async def stop(self) -> None:
         await _cancel(self.sweeper, self.retainer)
         await self.notifier.aclose(timeout_s=5)
         if self.kubernetes is not None:
             await self.kubernetes()
-        for link in self.links:
-            if link is not None:
-                await link.aclose()
+        if self.bridge is not None:
+            await self.bridge.aclose()
 
 
-async def _start(
-    app: Starlette, settings: ServerSettings, services: Services, notifier: Notifier, worker: WorkerRole | None
-) -> _Background:
-    """Start what runs beside the routes; what must be done once only on the primary worker."""
+async def _start(app: Starlette, settings: ServerSettings, services: Services, notifier: Notifier) -> _Background:
+    """Start what runs beside the routes."""
     store, clock = services.store, services.clock
-    primary = worker is None or worker.primary
     services.policies.book.load(await blocking(store.namespace_policies))
     bridge = replicas.bridge_for(store, services.live, clock)
     if bridge is not None:
         await bridge.start()
-    relay = await SiblingRelay.start_for(services.live, worker)  # the other workers of this server
     await notifier.start()
-    kubernetes = await start_kubernetes(app, settings, services) if primary else None
+    kubernetes = await start_kubernetes(app, settings, services)
     sweeper = asyncio.create_task(
         health.sweep_forever(
             services.health,
@@ -186,22 +173,21 @@ async def _start(
             blocking,
             clock,
             settings.health_sweep_s,
-            services.policies.review if primary else None,
-            silence=primary,
+            services.policies.review,
         )
     )
-    retainer = retention.start(store, blocking, clock, settings) if primary else None
-    return _Background(notifier, sweeper, retainer, kubernetes, (bridge, relay))
+    retainer = retention.start(store, blocking, clock, settings)
+    return _Background(notifier, sweeper, retainer, kubernetes, bridge)
 
 
 def _lifespan(
-    settings: ServerSettings, services: Services, notifier: Notifier, worker: WorkerRole | None, owned: bool
+    settings: ServerSettings, services: Services, notifier: Notifier, owned: bool
 ) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
     """The application's lifespan: the background work, and the store closed at the end when it is ours."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        background = await _start(app, settings, services, notifier, worker)
+        background = await _start(app, settings, services, notifier)
         try:
             yield
         finally:

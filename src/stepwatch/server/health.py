@@ -398,13 +398,12 @@ async def sweep_forever(
     clock: Callable[[], float],
     every: float = SWEEP_EVERY_S,
     review: Review | None = None,
-    silence: bool = True,
 ) -> None:
     """Judge every live job again every ``every`` seconds (until cancelled); one failure is logged, not fatal."""
     while True:
         await asyncio.sleep(every)
         try:
-            await sweep_once(monitor, store, live, offload, clock(), review, silence)
+            await sweep_once(monitor, store, live, offload, clock(), review)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -418,16 +417,12 @@ async def sweep_once(
     offload: Offload,
     now: float,
     review: Review | None = None,
-    silence: bool = True,
 ) -> int:
     """One sweep: judge every live job again (tracked ones by their tracker, the others by their silence
-    alone unless ``silence`` is off), record the changes of health, then ``review`` every live job; how
-    many changes of health. The workers of one server each judge the jobs they track (the jobs whose
-    reports they wrote last); one of them judges the silence of the others and reviews them all."""
+    alone), record the changes of health, then ``review`` every live job; how many changes of health."""
     jobs: list[Job] = await offload(store.jobs, JobFilter(state=("pending", "running"), limit=10_000))
     updates = monitor.sweep(jobs, now)
-    if silence:
-        updates += [u for u in (monitor.silence(job, now) for job in jobs if job.id not in monitor) if u is not None]
+    updates += [u for u in (monitor.silence(job, now) for job in jobs if job.id not in monitor) if u is not None]
     changed = {}
     for update in updates:
         changed[update.job.id] = await record(update, store, live, offload, now)

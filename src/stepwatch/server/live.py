@@ -125,13 +125,6 @@ class Broadcaster:
         self.relays: list[Callable[[Update], None]] = []
         """Called with every update published here (not with those relayed from elsewhere): the
         bridge between replicas passes them on (``server.replicas``). A relay must not block."""
-        self.watchers: list[Callable[[bool], None]] = []
-        """Told when the first stream opens (``True``) and when the last one closes (``False``): the
-        relay between the workers of one server sends a worker the others' updates only while it has
-        streams (``server.siblings``)."""
-        self.complete_from = self.first_id
-        """The first id from which the ring of recent updates holds every update (raised by
-        :meth:`resumed`): a client resuming from an earlier id is told to resync."""
 
     def publish(self, kind: str, namespace: str, name: str, data: dict[str, Any], *, relayed: bool = False) -> Update:
         """Send an update to the subscribers that want it (call from the event loop).
@@ -173,16 +166,6 @@ class Broadcaster:
         """The ring of recent updates: how many, and their bytes of text."""
         return len(self._recent), self._recent_bytes
 
-    def resumed(self) -> None:
-        """Updates from elsewhere come in again after a time without them: the ring missed some."""
-        self.complete_from = next(self._ids)  # one id skipped: the updates that were not relayed
-
-    def mark_lost(self) -> None:
-        """Tell every open stream to read the state again: updates it should have had were lost."""
-        for sub in self._subscribers:
-            sub.lost = True
-            sub.ready.set()
-
     @property
     def subscribers(self) -> int:
         """How many streams are open."""
@@ -213,8 +196,6 @@ class Broadcaster:
         if client is not None:
             self._per_client[client] = self._per_client.get(client, 0) + 1
         self._peak = max(self._peak, len(self._subscribers))
-        if len(self._subscribers) == 1:
-            self._tell_watchers(True)
         stream = self._serve(sub, last_event_id)
         weakref.finalize(stream, self._close, sub)  # never read (the client left at once): counted off all the same
         return stream
@@ -228,8 +209,6 @@ class Broadcaster:
             if left:
                 self._per_client[sub.client] = left
         sub.queue.clear()
-        if not self._subscribers:
-            self._tell_watchers(False)
         if self._peak >= 64 and len(self._subscribers) <= self._peak // 4:
             # most of many streams went, with their connections' buffers: give that memory back to the system
             self._peak = len(self._subscribers)
@@ -242,7 +221,7 @@ class Broadcaster:
                 missed = [u for u in self._recent if u.id > last_event_id and sub.wants(u)]
                 if last_event_id < self.first_id:  # an id of this server's earlier life
                     yield 'event: resync\ndata: {"reason":"the server restarted; read the state again"}\n\n'
-                elif (self._recent and self._recent[0].id > last_event_id + 1) or last_event_id < self.complete_from:
+                elif self._recent and self._recent[0].id > last_event_id + 1:
                     yield 'event: resync\ndata: {"reason":"updates were missed; read the state again"}\n\n'
                 for sent in missed:
                     yield sent.text
@@ -261,10 +240,3 @@ class Broadcaster:
                     yield sub.queue.popleft().text
         finally:
             self._close(sub)
-
-    def _tell_watchers(self, streaming: bool) -> None:
-        for watcher in self.watchers:
-            try:
-                watcher(streaming)
-            except Exception:
-                _log.exception("a watcher of the live streams failed")

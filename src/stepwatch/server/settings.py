@@ -46,16 +46,6 @@ def _port(text: str) -> int:
     return value
 
 
-def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"a number of worker processes is 1..64, got {text!r}") from None
-    if not 1 <= value <= 64:
-        raise ValueError(f"a number of worker processes is 1..64, got {value}")
-    return value
-
-
 def _policy(text: str) -> Policy:
     try:
         data = json.loads(text)
@@ -190,13 +180,6 @@ def _header(text: str) -> str:
 SERVER_SETTINGS: tuple[_Setting, ...] = (
     _Setting("host", "STEPWATCH_SERVER_HOST", "127.0.0.1", str, "address to listen on (loopback by default)"),
     _Setting("port", "STEPWATCH_SERVER_PORT", 8642, _port, "port to listen on"),
-    _Setting(
-        "workers",
-        "STEPWATCH_SERVER_WORKERS",
-        1,
-        _workers,
-        "server processes on the one port and database (more ingest than one core allows; see docs/server.md)",
-    ),
     _Setting("db", "STEPWATCH_DB", None, str, "SQLite file (default: stepwatch.db in the data directory)"),
     _Setting(
         "database_url",
@@ -502,7 +485,6 @@ class ServerSettings:
 
     host: str = "127.0.0.1"
     port: int = 8642
-    workers: int = 1
     db: str | None = None
     database_url: str | None = None
     health_sweep_s: float = 5.0

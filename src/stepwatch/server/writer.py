@@ -10,11 +10,7 @@ its lock) is written from the event loop itself (``write_now``): in a worker thr
 twenty-odd SQLite calls of a batch gave up the GIL and then waited for the busy event loop to hand it
 back, which stretched batches to 40-70 ms under load and the tail latency with them (paced at half
 the capacity: p99 56-65 ms on the thread, 30-39 ms on the loop, A/B in the same session). When the lock
-is taken the batch goes to a worker thread, which waits for it as before; except where the lock is
-another worker process's (``stepwatch server --workers``) and the store can wait for that one apart
-(``wait_writable``): then a thread only waits, and the batch is written on the loop once the lock is
-this process's. (Written in the thread, a batch held the lock through every hand-over of the GIL, and
-the other workers waited for it.)
+is taken the batch goes to a worker thread, which waits for it.
 """
 
 from __future__ import annotations
@@ -46,12 +42,10 @@ class ReportWriter:
         offload: Callable[[WriteBatch, list[PendingReport]], Awaitable[Any]],
         max_batch: int = 256,
         write_now: WriteNow | None = None,
-        wait_writable: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self._write = write
         self._offload = offload
         self._write_now = write_now
-        self._wait_writable = wait_writable
         self.written_now = 0
         """Reports written on the event loop (the others went to a worker thread)."""
         self.max_batch = max_batch
@@ -75,8 +69,6 @@ class ReportWriter:
                 items = [item for item, _ in batch]
                 try:
                     results = self._write_now(items) if self._write_now is not None else None
-                    if results is None and self._wait_writable is not None and await self._wait_writable():
-                        results = self._write_now(items)  # type: ignore[misc]  # the lock is this process's now
                     if results is None:
                         results = await self._offload(self._write, items)
                     else:

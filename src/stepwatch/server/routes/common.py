@@ -88,15 +88,7 @@ class Services:
 
     def __post_init__(self) -> None:
         write_now = at_once(self.store.ingest_reports_nowait)  # on the loop when the store need not wait
-        self.writer = ReportWriter(
-            self.store.ingest_reports,
-            blocking,
-            write_now=write_now,
-            # a worker of several on one SQLite file waits for the others' writes apart (see writer.py)
-            wait_writable=functools.partial(blocking, self.store.wait_writable)
-            if getattr(self.store, "shared", False)
-            else None,
-        )
+        self.writer = ReportWriter(self.store.ingest_reports, blocking, write_now=write_now)
         self.policies = PolicyEngine(PolicyBook(), self.store, self.live, blocking)
         self.health.metric_of = self.policies.book.metric_of
         self.store.follow_changes(self.forget)

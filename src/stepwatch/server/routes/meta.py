@@ -142,7 +142,6 @@ _DOCS_INIT = 'window.ui = SwaggerUIBundle({url: "/openapi.json", dom_id: "#ui"})
 async def healthz(request: Request) -> JSONResponse:
     """``GET /healthz``: the server answers and its store can be read."""
     svc = services(request)
-    worker = getattr(request.app.state, "worker", None)
     return JSONResponse(
         {
             "status": "ok",
@@ -150,12 +149,8 @@ async def healthz(request: Request) -> JSONResponse:
             "api_version": API_VERSION,
             "stats": svc.stats,
             "subscribers": svc.live.subscribers,
-            # which process answered: stats and subscribers are this worker's (``--workers``)
-            "process": {
-                "pid": os.getpid(),
-                "worker": worker.index if worker else 0,
-                "workers": worker.count if worker else 1,
-            },
+            # which process answered: stats and subscribers are this replica's (PostgreSQL replicas)
+            "process": {"pid": os.getpid()},
         }
     )
 

@@ -255,8 +255,8 @@ class Store(abc.ABC):
     every name costs a series, an entry in the job's latest values and in each view of the job."""
 
     def follow_changes(self, listener: ChangeListener) -> None:  # noqa: B027 - optional, not abstract
-        """Tell ``listener`` which jobs other processes change (PostgreSQL replicas, the workers of one
-        server on one SQLite file), so that what was kept in memory about them is dropped. A store that
+        """Tell ``listener`` which jobs other processes change (PostgreSQL replicas; on SQLite, another
+        program that wrote the file), so that what was kept in memory about them is dropped. A store that
         is its database's only writer never calls it."""
 
     @abc.abstractmethod
@@ -330,13 +330,6 @@ class Store(abc.ABC):
             except StoreError as exc:
                 results.append(exc)
         return results
-
-    def wait_writable(self) -> bool:
-        """Block until a write need not wait for another process, and keep it so for the next
-        :meth:`ingest_reports_nowait`; whether it did (this default: never). Called in a worker thread
-        by a server process that shares its database with other worker processes, so that the write
-        itself still happens on the event loop."""
-        return False
 
     def ingest_reports_nowait(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError] | None:
         """``ingest_reports`` when it can be done at once, without waiting for a lock or the network;

@@ -1,11 +1,11 @@
 """A store's job cache (:class:`.JobCache`) kept true while other processes write the same database.
 
-Other writers change the same rows: PostgreSQL replicas, and the worker processes of one server on one
-SQLite file. Each write transaction says which jobs and names it changed (PostgreSQL: a notification
-delivered at its commit; SQLite: a row of its write log, read by the others before they use what they
-cached); every store hears it and forgets them here, and tells its :attr:`ReplicaCache.listeners`
-(the server's health trackers and ETA samples of those jobs are stale too). Two races are closed with
-an **epoch**, a counter raised by every change heard:
+Other writers change the same rows: PostgreSQL replicas. Each write transaction says which jobs and
+names it changed (a notification delivered at its commit); every store hears it and forgets them
+here, and tells its :attr:`ReplicaCache.listeners` (the server's health trackers and ETA samples of
+those jobs are stale too). The SQLite store, whose file one server process writes, hears of no change
+by name: when another program wrote the file it forgets everything (:meth:`ReplicaCache.on_listening`).
+Two races are closed with an **epoch**, a counter raised by every change heard:
 
 - a reader that read a row before another replica's commit, and offers it after the notification
   was heard, would cache it stale forever: a read notes the epoch before it reads, and its job is

@@ -7,17 +7,14 @@ committed transaction across a crash of the server process (SIGKILL included): a
 report is never lost. The schema carries its version in ``PRAGMA user_version``; migrations only
 add, so an upgrade never loses data.
 
-Other processes may write the same file: ``stepwatch db`` commands, and the worker processes of one
-server (``stepwatch server --workers N``). Each write transaction appends the jobs it changed to the
-write log (table ``write_log``); before this store trusts what it keeps in memory it reads the rows
-the others appended since (:meth:`SQLiteStore._follow`), and forgets those jobs
-(:class:`.ReplicaCache`). A store opened with ``shared=True`` (a server worker) does so before every
-read it could answer from memory, as well as at each write; one that is the file's only server does so
-at each write, when the file changed under it.
+One server process serves the file (several processes scale out on PostgreSQL instead). Other
+programs may still write it now and then (``stepwatch db`` commands, ``stepwatch token create --db``,
+a hand-made ``sqlite3`` session): at its next write this store sees that the file changed under it
+(``PRAGMA data_version``) and forgets everything it kept in memory, and tells its listeners
+(:class:`.ReplicaCache`).
 
-How a report is written is in :mod:`.sqlite_ingest`, the lock between processes in :mod:`.sqlite_lock`,
-and what both stores do with the same statements (commands, policies, events, tokens, the audit log)
-in :mod:`.sql_common`.
+How a report is written is in :mod:`.sqlite_ingest`, and what both stores do with the same statements
+(commands, policies, events, tokens, the audit log) in :mod:`.sql_common`.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ import json
 import math
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -49,14 +45,13 @@ from .base import (
     SeriesPoint,
     StoreError,
 )
-from .replica_cache import ReplicaCache, changes_payload
+from .replica_cache import ReplicaCache
 from .rollups import FANOUT
 from .rows import JOB_COLUMNS, job_from_row, load_float
 from .sql_common import SqlStore
 from .sqlite_checkpoint import FALLBACK_PAGES, WalCheckpointer
 from .sqlite_files import prepare_database_path
 from .sqlite_ingest import write_report, write_status
-from .sqlite_lock import FileLock, WouldWait
 from .sqlite_schema import MIGRATIONS, PROGRESS_SQL, SCHEMA_VERSION, SORT_SQL
 
 __all__ = ["SQLiteStore"]
@@ -65,38 +60,24 @@ __all__ = ["SQLiteStore"]
 BUSY_TIMEOUT_MS = 10_000
 """How long a write waits for another process's write lock before it fails ("database is locked")."""
 
-WRITE_LOG_KEEP = 20_000
-"""Rows of the write log kept (a few minutes of writes); a store that fell further behind forgets all."""
 
-_CHANGES_LIMIT = 60_000
-"""Largest write-log entry: a transaction that changed more jobs is logged as "everything changed"."""
+class _WouldWait(Exception):
+    """A write that was asked not to wait found the write lock taken (by another thread or program)."""
 
 
 class SQLiteStore(SqlStore):
     """The embedded default store (see the module docstring)."""
 
-    def __init__(self, path: str | Path, *, shared: bool = False) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        self.shared = shared
-        """Other servers write this file too: read the write log before every answer from memory."""
         if self.path != ":memory:":
             try:
                 prepare_database_path(self.path)
             except OSError as exc:
                 raise StoreError(f"cannot create the directory of the database {self.path}: {exc}") from None
         self._write_lock = threading.Lock()
-        self.origin = uuid.uuid4().hex[:12]
-        """This store's name in the write log (its own rows are not news to it)."""
-        self._cache = ReplicaCache(self.origin)
+        self._cache = ReplicaCache(origin="sqlite")  # told of no other writer's changes: it forgets all instead
         self._cache.on_listening(True)
-        self._follow_lock = threading.Lock()
-        self._writers_lock = FileLock(f"{self.path}-writers.lock") if shared and self.path != ":memory:" else None
-        """Between the processes of one server: a waiting writer sleeps in the kernel and wakes when the lock
-        is free, where SQLite's own busy handler polls (sleeping 1, 2, 5, 10... ms between tries)."""
-        self._tokens_changed = False
-        """The open transaction revoked a token (logged, even when it changed no job)."""
-        self._seen = 0
-        """The newest row of the write log this store has read."""
         self._api_tokens: dict[str, ApiToken] = {}
         """API tokens by hash, as found (cleared by every revocation)."""
         self._token_generation = 0
@@ -111,7 +92,7 @@ class SQLiteStore(SqlStore):
         self._in_use = _InUse()
         """Reads and writes under way: :meth:`close` waits for them (closing a connection another thread
         is reading from crashes the process: a server stopped while a worker thread still read)."""
-        self._checkpointer = WalCheckpointer(self._open, pause_writers=self._writers_paused)
+        self._checkpointer = WalCheckpointer(self._open, pause_writers=lambda: self._write_lock)
         """Copies the write-ahead log into the file, away from the writer (``store.sqlite_checkpoint``);
         started once the database is open and up to date."""
         self._writer = self._connect()
@@ -119,7 +100,6 @@ class SQLiteStore(SqlStore):
         """How long the writer waits for another process's lock (what a write that must not wait restores)."""
         self._migrate()
         self._writer.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES}")  # copied back by a thread instead
-        (self._seen,) = self._writer.execute("SELECT coalesce(max(seq), 0) FROM write_log").fetchone()
         (self._data_version,) = self._writer.execute("PRAGMA data_version").fetchone()
         if self.path != ":memory:":
             self._checkpointer.start()
@@ -150,26 +130,22 @@ class SQLiteStore(SqlStore):
 
     @contextmanager
     def _write(self, wait: bool = True) -> Iterator[sqlite3.Connection]:
-        """The writer's transaction; ``wait=False``: :class:`WouldWait` rather than waiting for the lock
-        of this store (another thread writes) or of the file (another process writes)."""
+        """The writer's transaction; ``wait=False``: :class:`_WouldWait` rather than waiting for the lock
+        of this store (another thread writes) or of the file (another program writes)."""
         if not self._write_lock.acquire(blocking=wait):
-            raise WouldWait
+            raise _WouldWait
         try:
             self._in_use.enter()
         except StoreError:
             self._write_lock.release()
             raise
         try:
-            if self._writers_lock is not None and not self._writers_lock.acquire(wait):
-                raise WouldWait
             conn = self._writer
             self._begin(conn, wait)
             epoch = self._cache.epoch
             self._remembered.clear()
-            self._tokens_changed = False
             try:
                 yield conn
-                self._log_changes(conn)
                 conn.execute("COMMIT")
                 self._cache.written(self._remembered.values(), epoch)
                 self._remembered.clear()
@@ -184,25 +160,12 @@ class SQLiteStore(SqlStore):
                     raise StoreError(f"the database cannot be written: {exc}") from None
                 raise
         finally:
-            if self._writers_lock is not None:
-                self._writers_lock.release()
             self._write_lock.release()
             self._in_use.exit()
 
-    @contextmanager
-    def _writers_paused(self) -> Iterator[None]:
-        """No write of this store, nor (``shared``) of the other workers, until the block ends."""
-        with self._write_lock:
-            if self._writers_lock is not None:
-                self._writers_lock.acquire(True)
-            try:
-                yield
-            finally:
-                if self._writers_lock is not None:
-                    self._writers_lock.release()
-
     def _begin(self, conn: sqlite3.Connection, wait: bool) -> None:
-        """Open the write transaction, and catch up with what other processes wrote since the last one."""
+        """Open the write transaction; when another program wrote the file since the last one, forget
+        what was kept in memory."""
         try:
             if wait:
                 conn.execute("BEGIN IMMEDIATE")
@@ -215,89 +178,23 @@ class SQLiteStore(SqlStore):
             (version,) = conn.execute("PRAGMA data_version").fetchone()
         except sqlite3.OperationalError as exc:
             if not wait and not conn.in_transaction and "locked" in str(exc):
-                raise WouldWait from None
+                raise _WouldWait from None
             raise StoreError(f"the database cannot be written: {exc}") from None
         except sqlite3.Error as exc:
             raise StoreError(f"the database cannot be written: {exc}") from None
-        try:
-            if version != self._data_version:  # another process wrote the file: what we cached may be old
-                if not self._follow(conn) and not self.shared:
-                    self._forget_all()  # it wrote no log (a tool of its own, an older stepwatch)
-                self._data_version = version
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"the database cannot be read: {exc}") from None
-
-    def _log_changes(self, conn: sqlite3.Connection) -> None:
-        """Append the jobs the open transaction changed to the write log (read by the other writers)."""
-        if not self._remembered and not self._tokens_changed:
-            return
-        self._tokens_changed = False
-        names = [(job.namespace, job.name) for job, _, latest in self._remembered.values() if latest]
-        payload = changes_payload(self.origin, self._remembered, names, _CHANGES_LIMIT)
-        (seq,) = conn.execute(
-            "INSERT INTO write_log (origin, changes) VALUES (?, ?) RETURNING seq", (self.origin, payload)
-        ).fetchone()
-        if seq % 1000 == 0:
-            conn.execute("DELETE FROM write_log WHERE seq <= ?", (seq - WRITE_LOG_KEEP,))
-
-    def _follow(self, conn: sqlite3.Connection | None = None) -> bool:
-        """Read what the other writers logged since this store last looked, and forget those jobs;
-        whether another writer logged anything."""
-        with self._follow_lock, self._in_use:
-            rows = (
-                (conn or self._reader())
-                .execute(  # this store's own rows are not read again
-                    "SELECT seq, CASE WHEN origin = ? THEN NULL ELSE changes END FROM write_log "
-                    "WHERE seq > ? ORDER BY seq",
-                    (self.origin, self._seen),
-                )
-                .fetchall()
-            )
-            if not rows:
-                return False
-            news = True
-            if rows[0][0] > self._seen + 1 and self._seen < self._first_logged(conn):
-                self._forget_all()  # fell behind what the log keeps
-            else:
-                news = False
-                for _, changes in rows:
-                    news = (changes is not None and self._cache.on_changed(changes)) or news
-                if news:  # a revocation by another process is seen at once
-                    self._token_generation += 1
-                    self._api_tokens.clear()
-            self._seen = rows[-1][0]
-            return news
+        if version != self._data_version:  # another program wrote the file: what we cached may be old
+            self._forget_all()
+            self._data_version = version
 
     def _forget_all(self) -> None:
         self._cache.on_listening(True)
         self._token_generation += 1
         self._api_tokens.clear()
 
-    def _first_logged(self, conn: sqlite3.Connection | None) -> int:
-        (first,) = (conn or self._reader()).execute("SELECT coalesce(min(seq), 0) FROM write_log").fetchone()
-        return int(first) - 1
-
-    def wait_writable(self) -> bool:
-        """With ``shared``: block until the other workers' writes are done and take their lock for this
-        store's next write (in a worker thread, so that the write itself can be done on the event loop,
-        without the hand-overs of the GIL that stretch a write done in a thread while the lock is held)."""
-        if self._writers_lock is None:
-            return False
-        return self._writers_lock.acquire(True)
-
     def follow_changes(self, listener: ChangeListener) -> None:
-        """Tell ``listener`` which jobs the other processes writing this file change (as this store reads
-        its write log: before each answer from memory with ``shared``, else at its next write)."""
+        """Tell ``listener`` when another program wrote this file (``None``: any job may have changed), as
+        this store notices it: at its next write."""
         self._cache.listeners.append(listener)
-
-    def _fresh(self) -> None:
-        """Before an answer from memory: catch up with the other writers (``shared`` only)."""
-        if self.shared:
-            try:
-                self._follow()
-            except sqlite3.Error as exc:
-                raise StoreError(f"the database cannot be read: {exc}") from None
 
     def _remember(self, job: Job, token_hash: str | None = None, latest: bool = False) -> None:
         """Cache a job written by the open transaction, once it commits (``latest``: just registered)."""
@@ -362,9 +259,6 @@ class SQLiteStore(SqlStore):
             except sqlite3.Error:
                 pass
         self._all.clear()
-        if self._writers_lock is not None:
-            self._writers_lock.close()
-            self._writers_lock = None
 
     # -------------------------------------------------------------------------------------- jobs
 
@@ -431,9 +325,7 @@ class SQLiteStore(SqlStore):
         return new
 
     def cached_job(self, namespace: str, name: str) -> Job | None:
-        """The latest attempt of a job, when this store wrote it recently (no I/O, but with ``shared`` a
-        read of the write log)."""
-        self._fresh()
+        """The latest attempt of a job, when this store wrote it recently (no I/O)."""
         return self._cache.latest(namespace, name)
 
     def cached_token_hash(self, job_id: int) -> str | None:
@@ -443,7 +335,6 @@ class SQLiteStore(SqlStore):
     def job(self, namespace: str, name: str, attempt: int | None = None) -> Job | None:
         """The latest attempt of a job, or the given one."""
         if attempt is None:
-            self._fresh()
             cached = self._cache.latest(namespace, name)
             if cached is not None:
                 return cached
@@ -466,7 +357,6 @@ class SQLiteStore(SqlStore):
 
     def job_by_id(self, job_id: int) -> Job | None:
         """A job by id."""
-        self._fresh()
         cached = self._cache.by_id(job_id)
         if cached is not None:
             return cached
@@ -515,7 +405,6 @@ class SQLiteStore(SqlStore):
         order = "DESC" if where.descending else "ASC"
         column = SORT_SQL.get(where.sort, "updated_at")
         nulls_last = "" if column == "updated_at" else f"{column} IS NULL, "  # NOT NULL: its index can serve
-        self._fresh()
         epoch = self._cache.epoch
         ids = [
             r[0]
@@ -558,7 +447,7 @@ class SQLiteStore(SqlStore):
         """``ingest_reports`` unless another thread or process holds the write lock (then ``None``)."""
         try:
             return self._ingest_batch(batch, wait=False)
-        except WouldWait:
+        except _WouldWait:
             return None
 
     def _ingest_batch(self, batch: Sequence[PendingReport], wait: bool) -> list[IngestResult | StoreError]:
@@ -703,13 +592,11 @@ class SQLiteStore(SqlStore):
     # ------------------------------------------------------------------------ access (tokens, audit)
 
     def cached_api_token(self, token_hash: str) -> ApiToken | None:
-        """A found API token, from memory (with ``shared``, after a read of the write log)."""
-        self._fresh()
+        """A found API token, from memory."""
         return self._api_tokens.get(token_hash)
 
     def api_token(self, token_hash: str) -> ApiToken | None:
         """The token with this hash; found ones are cached (revocations here clear the cache)."""
-        self._fresh()
         cached = self._api_tokens.get(token_hash)
         if cached is not None:
             return cached
@@ -739,7 +626,6 @@ class SQLiteStore(SqlStore):
                 self._audit(conn, entry)
                 self._token_generation += 1
                 self._api_tokens.clear()
-                self._tokens_changed = True  # logged: the other processes clear their tokens too
         self._token_generation += 1
         self._api_tokens.clear()
         return token

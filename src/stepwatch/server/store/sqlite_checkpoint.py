@@ -11,11 +11,10 @@ event loop that writes stood still meanwhile), and a larger threshold traded it 
 goes on appending while it copies. SQLite starts the log again from its beginning at the first write
 after a copy that found nothing new, which a moment without writes allows. Under writes without such a
 moment the log would grow for good, so once it is :data:`RESTART_FRAMES` long the copy is made with
-``RESTART`` while the store's writers are paused (its write lock, and the other workers' with
-``--workers``: SQLite's own wait for its write lock is no match for a writer that takes it back at
-once): the frames left since the last copy (half a second of them) are copied, and the log starts
-again. The writer keeps SQLite's own copy at :data:`FALLBACK_PAGES` in case
-this thread is stopped or cannot keep up.
+``RESTART`` while the store's writer is paused (its write lock: SQLite's own wait for its write lock
+is no match for a writer that takes it back at once): the frames left since the last copy (half a
+second of them) are copied, and the log starts again. The writer keeps SQLite's own copy at
+:data:`FALLBACK_PAGES` in case this thread is stopped or cannot keep up.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """The SQLite schema of the embedded store: its migrations, and the SQL of progress and sorting.
 
 The schema carries its version in ``PRAGMA user_version``; each migration only adds (tables,
-columns, indexes), so an upgrade never loses data.
+columns, indexes), so an upgrade never loses data. The one exception drops the write log of version 5,
+which held no user data (only which jobs each write had changed, for other server processes to read).
 """
 
 from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "PROGRESS_SQL", "SCHEMA_VERSION", "SORT_SQL"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -183,6 +184,10 @@ MIGRATIONS: dict[int, str] = {
     # Every verdict a job had, with its span (store/health_history.py): kept when it recovers or ends.
     7: """
     ALTER TABLE jobs ADD COLUMN health_history TEXT NOT NULL DEFAULT '[]';
+    """,
+    # One process serves a SQLite file now: the write log (5) had no reader left. It held no user data.
+    8: """
+    DROP TABLE IF EXISTS write_log;
     """,
 }
 
