@@ -139,7 +139,7 @@ def test_a_store_that_fell_behind_the_log_forgets_everything(
 
 def test_a_worker_forgets_the_trackers_and_samples_of_a_job_another_wrote(tmp_path: Path) -> None:
     from stepwatch.server.live import Broadcaster
-    from stepwatch.server.routes.common import Services
+    from stepwatch.server.services import Services
 
     a = SQLiteStore(tmp_path / "s.db", shared=True)
     b = SQLiteStore(tmp_path / "s.db", shared=True)

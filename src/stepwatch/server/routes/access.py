@@ -12,8 +12,9 @@ from starlette.routing import Route
 from ...protocol import LIMITS
 from ..auth import mint_token
 from ..errors import ApiError
+from ..services import blocking
 from ..store import AuditEntry
-from .common import blocking, check_name, hash_token, identify, read_json, require, services
+from .common import check_name, hash_token, identify, read_json, require, services
 
 __all__ = ["routes"]
 

@@ -9,10 +9,11 @@ plain frozen dataclasses: what the store gives out cannot change behind it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, GpuReading, MetricWindow, Report, TrainerStatus
 from .access import ApiToken, AuditEntry
@@ -46,6 +47,8 @@ SORT_KEYS: tuple[str, ...] = JOB_SORT_KEYS
 HEALTH_STATES: tuple[str, ...] = ("healthy", "stalled", "not_learning", "diverging", "straggling", "unknown")
 JobState = Literal["pending", "running", "finished", "failed", "stopped"]
 FINAL_STATES = frozenset({"finished", "failed", "stopped"})
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def health_change_is_event(old: str, new: str) -> bool:
@@ -158,6 +161,8 @@ class IngestResult:
     new_points: tuple[MetricWindow, ...] = ()
     sample: ProgressSample | None = None
     """The progress sample the report added (rank 0's newest report with a step), for the ETA."""
+    events: tuple[Event, ...] = ()
+    """The events the report appended (the job started or ended, commands acknowledged), oldest first."""
 
 
 @dataclass(frozen=True)
@@ -253,6 +258,38 @@ class Store(abc.ABC):
     max_metric_names: int = 1024
     """Distinct metric names one job may have (the server sets it from ``STEPWATCH_MAX_METRIC_NAMES``):
     every name costs a series, an entry in the job's latest values and in each view of the job."""
+
+    _sinks = threading.local()
+    """Per thread, the list that :meth:`_collecting` gathers appended events into (none: not gathered).
+    Shared by the stores of a process: a thread runs one store call at a time."""
+
+    def with_events(self, write: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> tuple[T, list[Event]]:
+        """``write(*args, **kwargs)`` (one of this store's writes, such as :meth:`set_state`), and the
+        events it appended, oldest first, each as :meth:`events` reads it back: the live stream sends
+        them so. Call it in the thread that writes (``blocking(store.with_events, store.set_state, ...)``)."""
+        with self._collecting() as appended:
+            result = write(*args, **kwargs)
+        return result, appended
+
+    @contextmanager
+    def _collecting(self) -> Iterator[list[Event]]:
+        """Gather the events this thread's writes append inside the block; an enclosing block gets them
+        too once the block ends without an error (after one, they were rolled back)."""
+        outer: list[Event] | None = getattr(self._sinks, "events", None)
+        appended: list[Event] = []
+        self._sinks.events = appended
+        try:
+            yield appended
+        finally:
+            self._sinks.events = outer
+        if outer is not None:
+            outer.extend(appended)
+
+    def _gathering(self) -> list[Event] | None:
+        """Where this thread's appended events go (``None``: nobody asked; a store may then skip reading
+        an event's id back)."""
+        sink: list[Event] | None = getattr(self._sinks, "events", None)
+        return sink
 
     def follow_changes(self, listener: ChangeListener) -> None:  # noqa: B027 - optional, not abstract
         """Tell ``listener`` which jobs other processes change (PostgreSQL replicas, the workers of one

@@ -69,17 +69,18 @@ def write_report(store: SQLiteStore, conn: sqlite3.Connection, item: PendingRepo
                 for w in report.metrics
             ],
         )
-    if report.acks:
-        marks = ", ".join("?" for _ in report.acks)
-        acked = conn.execute(
-            f"UPDATE commands SET acked_at = ? WHERE job_id = ? AND acked_at IS NULL AND id IN ({marks}) "
-            "RETURNING id, kind",
-            (now, job.id, *report.acks),
-        ).fetchall()
-        for command_id, kind in acked:
-            store._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
-    updates, sample = report_updates(job, item, newest)
-    store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
+    with store._collecting() as events:
+        if report.acks:
+            marks = ", ".join("?" for _ in report.acks)
+            acked = conn.execute(
+                f"UPDATE commands SET acked_at = ? WHERE job_id = ? AND acked_at IS NULL AND id IN ({marks}) "
+                "RETURNING id, kind",
+                (now, job.id, *report.acks),
+            ).fetchall()
+            for command_id, kind in acked:
+                store._event(conn, job, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+        updates, sample = report_updates(job, item, newest)
+        store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
     fresh = store._update(conn, job, updates)
     return IngestResult(
         job=fresh,
@@ -87,6 +88,7 @@ def write_report(store: SQLiteStore, conn: sqlite3.Connection, item: PendingRepo
         commands=tuple(store._pending(conn, job.id)),
         new_points=report.metrics,
         sample=sample,
+        events=tuple(events),
     )
 
 
@@ -116,6 +118,7 @@ def write_status(
         ],
     )
     updates = dict(read.updates)
-    store._transition(conn, job, updates, "running", "", now, rank0=True)
+    with store._collecting() as events:
+        store._transition(conn, job, updates, "running", "", now, rank0=True)
     fresh = store._update(conn, job, updates)
-    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample)
+    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample, events=tuple(events))
