@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
@@ -260,34 +260,26 @@ class Store(abc.ABC):
     every name costs a series, an entry in the job's latest values and in each view of the job."""
 
     _sinks = threading.local()
-    """Per thread, the list that :meth:`_collecting` gathers appended events into (none: not gathered).
-    Shared by the stores of a process: a thread runs one store call at a time."""
+    """Per thread, the list :meth:`with_events` gathers appended events into (none: not gathered). Shared
+    by the stores of a process: a thread runs one store call at a time."""
 
     def with_events(self, write: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> tuple[T, list[Event]]:
         """``write(*args, **kwargs)`` (one of this store's writes, such as :meth:`set_state`), and the
         events it appended, oldest first, each as :meth:`events` reads it back: the live stream sends
         them so. Call it in the thread that writes (``blocking(store.with_events, store.set_state, ...)``)."""
-        with self._collecting() as appended:
-            result = write(*args, **kwargs)
-        return result, appended
-
-    @contextmanager
-    def _collecting(self) -> Iterator[list[Event]]:
-        """Gather the events this thread's writes append inside the block; an enclosing block gets them
-        too once the block ends without an error (after one, they were rolled back)."""
         outer: list[Event] | None = getattr(self._sinks, "events", None)
         appended: list[Event] = []
         self._sinks.events = appended
         try:
-            yield appended
+            result = write(*args, **kwargs)
         finally:
             self._sinks.events = outer
-        if outer is not None:
+        if outer is not None:  # an enclosing call gets them too (not after an error: they were rolled back)
             outer.extend(appended)
+        return result, appended
 
     def _gathering(self) -> list[Event] | None:
-        """Where this thread's appended events go (``None``: nobody asked; a store may then skip reading
-        an event's id back)."""
+        """Where the events this thread's write appends go (``None``: nobody asked)."""
         sink: list[Event] | None = getattr(self._sinks, "events", None)
         return sink
 

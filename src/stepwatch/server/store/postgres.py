@@ -574,18 +574,15 @@ class PostgresStore(SqlStore):
         kind: str,
         message: str,
         data: dict[str, Any],
-        *,
-        with_id: bool,
     ) -> int:
         if not self._events_locked:  # held to the commit: event ids commit in the order they are taken
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._events_key,))
             self._events_locked = True
-        sql = "INSERT INTO events (job_id, t, kind, message, data) VALUES (%s, %s, %s, %s, %s)"
-        args = (job_id, now, kind, message, json.dumps(data))
-        if not with_id:  # reading the id back ends the pipeline's batch: a round trip
-            conn.execute(sql, args)
-            return 0
-        row = conn.execute(sql + " RETURNING id", args).fetchone()
+        # reading the id back waits for the pipeline's answer: a round trip, on the rare writes with an event
+        row = conn.execute(
+            "INSERT INTO events (job_id, t, kind, message, data) VALUES (%s, %s, %s, %s, %s) RETURNING id",
+            (job_id, now, kind, message, json.dumps(data)),
+        ).fetchone()
         assert row is not None
         return int(row[0])
 

@@ -65,18 +65,18 @@ class SqlStore(Store):
         """A filter as ``" WHERE ..."`` (or nothing) and its arguments, in the driver's placeholders."""
 
     @abc.abstractmethod
-    def _insert_event(
-        self, conn: Any, job_id: int, now: float, kind: str, message: str, data: dict[str, Any], *, with_id: bool
-    ) -> int:
-        """Append an event of a job in the open transaction; its id when ``with_id`` (else 0: reading it
-        back may cost a round trip)."""
+    def _insert_event(self, conn: Any, job_id: int, now: float, kind: str, message: str, data: dict[str, Any]) -> int:
+        """Append an event of a job in the open transaction; its id."""
 
-    def _event(self, conn: Any, job: Job, now: float, kind: str, message: str, data: dict[str, Any]) -> None:
-        """Append an event of ``job`` in the open transaction, gathered for :meth:`with_events` when asked."""
+    def _event(self, conn: Any, job: Job, now: float, kind: str, message: str, data: dict[str, Any]) -> Event:
+        """Append an event of ``job`` in the open transaction; the event, as :meth:`events` will read it
+        back (also gathered for :meth:`with_events`)."""
+        event_id = self._insert_event(conn, job.id, now, kind, message, data)
+        event = Event(event_id, job.id, job.namespace, job.name, now, kind, message, data)
         sink = self._gathering()
-        event_id = self._insert_event(conn, job.id, now, kind, message, data, with_id=sink is not None)
         if sink is not None:
-            sink.append(Event(event_id, job.id, job.namespace, job.name, now, kind, message, data))
+            sink.append(event)
+        return event
 
     # -------------------------------------------------------------------------------------- jobs
 
@@ -97,18 +97,19 @@ class SqlStore(Store):
 
     def _transition(
         self, conn: Any, job: Job, updates: dict[str, Any], state: str, reason: str, now: float, rank0: bool
-    ) -> None:
-        """The state a report moves its job to (into ``updates``), with its event: a final state from rank
-        0, ``running`` from the first report; a job that has ended stays as it ended."""
+    ) -> tuple[Event, ...]:
+        """The state a report moves its job to (into ``updates``), with its event (returned): a final state
+        from rank 0, ``running`` from the first report; a job that has ended stays as it ended."""
         if job.state in FINAL_STATES:
-            return
+            return ()
         if state in FINAL_STATES and rank0:
             state, reason = self._asked_to_stop(conn, job.id, state, reason)
             updates.update(state=state, finished_at=now, reason=reason)
-            self._event(conn, job, now, state, reason or f"the job reported {state}", {})
-        elif job.state == "pending":
+            return (self._event(conn, job, now, state, reason or f"the job reported {state}", {}),)
+        if job.state == "pending":
             updates.update(state="running", started_at=now)
-            self._event(conn, job, now, "running", "first report received", {})
+            return (self._event(conn, job, now, "running", "first report received", {}),)
+        return ()
 
     def _asked_to_stop(self, conn: Any, job_id: int, state: str, reason: str) -> tuple[str, str]:
         """A job asked to stop that ends ``finished`` ends ``stopped``, with the stop's reason.

@@ -700,14 +700,12 @@ class SQLiteStore(SqlStore):
         kind: str,
         message: str,
         data: dict[str, Any],
-        *,
-        with_id: bool,
     ) -> int:
         cur = conn.execute(
             "INSERT INTO events (job_id, t, kind, message, data) VALUES (?, ?, ?, ?, ?)",
             (job_id, now, kind, message, json.dumps(data)),
         )
-        return int(cur.lastrowid or 0)  # known without a query: given whether asked or not
+        return int(cur.lastrowid or 0)
 
     # ------------------------------------------------------------------------ access (tokens, audit)
 
