@@ -693,13 +693,7 @@ class SQLiteStore(SqlStore):
     # ------------------------------------------------------------------------------------ events
 
     def _insert_event(
-        self,
-        conn: sqlite3.Connection,
-        job_id: int,
-        now: float,
-        kind: str,
-        message: str,
-        data: dict[str, Any],
+        self, conn: sqlite3.Connection, job_id: int, now: float, kind: str, message: str, data: dict[str, Any]
     ) -> int:
         cur = conn.execute(
             "INSERT INTO events (job_id, t, kind, message, data) VALUES (?, ?, ?, ?, ?)",
