@@ -93,11 +93,8 @@ def test_watch_yields_typed_updates(server: str, ns: str, client: Client) -> Non
     assert isinstance(points, PointsUpdate) and points.points["loss"].last == 0.5 and points.points["loss"].step == 1
     client.checkpoint("live", ns, reason="now")
     event = seen.take(EventUpdate)
-    assert (
-        isinstance(event, EventUpdate)
-        and event.kind == "command"
-        and event.event.data["command"]["kind"] == ("checkpoint")
-    )
+    assert isinstance(event, EventUpdate) and event.kind == "command" and event.event.data["kind"] == "checkpoint"
+    assert event.event.id is not None and event.event.t is not None  # as the events API reads it back
     run.finish()
     done = seen.take(JobUpdate)
     while isinstance(done, JobUpdate) and not done.job.ended:

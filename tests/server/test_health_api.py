@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server import health as server_health
-from stepwatch.server.routes.common import blocking
+from stepwatch.server.services import blocking
 from stepwatch.server.store import Store
 
 pytestmark = pytest.mark.both_stores

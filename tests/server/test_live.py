@@ -18,6 +18,9 @@ from starlette.applications import Starlette
 
 from stepwatch.server.live import Broadcaster
 
+START = 1_800_000_000.0
+"""The fake clock's first reading (``conftest.START``)."""
+
 MakeReport = Callable[..., dict[str, Any]]
 
 
@@ -151,12 +154,15 @@ def test_a_subscriber_sees_jobs_and_points_as_they_happen(
         assert points["attempt"] == 1
         assert points["points"]["loss"] == {
             "step": 3,
+            "first_step": 3,
+            "t": START,
             "last": "NaN",
             "min": 0.5,
             "max": 0.5,
             "mean": 0.5,
             "count": 2,
             "nonfinite": 1,
+            "windows": 1,
         }
         ids = [e["id"] for e in events]
         assert ids == sorted(ids) and len(set(ids)) == len(ids)
@@ -239,6 +245,60 @@ def test_last_event_id_resumes_with_what_was_missed(live: str, http: httpx.Clien
     finally:
         again.close()
         by_query.close()
+
+
+@pytest.mark.both_stores
+def test_points_and_events_on_the_stream_are_what_the_api_reads_back(
+    live: str, http: httpx.Client, make_report: MakeReport, clock: Any, backend: str
+) -> None:
+    """One serialiser per thing on the wire: every point and every event the stream sent (from the report
+    route, the health analysis, a command, an acknowledgement, a policy set, the runner's state) equals,
+    key for key, the one the history and events endpoints read back, so no reader patches a field in."""
+    stream = Stream(live, params={"job": "same"})
+    try:
+        token = _register(http, "same", total_steps=10)
+        auth = {"Authorization": f"Bearer {token}"}
+        _report(http, "same", token, make_report(1, 3, {"loss": [0.5, math.nan], "lr": 0.1}))  # running, diverging
+        clock.advance(7.5)
+        path = "/api/v1/namespaces/default/jobs/same"
+        command = http.post(f"{path}/commands", json={"kind": "checkpoint", "reason": "now"}).json()
+        assert http.put(f"{path}/policy", json={"on": {"stalled": "notify"}}).status_code == 200
+        clock.advance(2.25)
+        _report(http, "same", token, make_report(2, 6, {"loss": 0.25}, acks=[command["id"]]))
+        clock.advance(1.0)
+        response = http.post(f"{path}/state", json={"state": "failed", "exit_code": 3, "reason": "oom"}, headers=auth)
+        assert response.status_code == 200, response.text
+        seen = stream.wait_for(lambda es: any(e["event"] == "event" and e["data"]["kind"] == "failed" for e in es))
+    finally:
+        stream.close()
+
+    history = http.get(f"{path}/history", params={"max_points": 1000}).json()["metrics"]
+    live_points: dict[str, list[dict[str, Any]]] = {}
+    for message in (e["data"] for e in seen if e["event"] == "points"):
+        for name, point in message["points"].items():
+            assert point["t"] == message["t"]
+            live_points.setdefault(name, []).append(point)
+    assert live_points == history
+    assert history["loss"][0] == {
+        "step": 3,
+        "first_step": 3,
+        "t": START,
+        "last": "NaN",
+        "min": 0.5,
+        "max": 0.5,
+        "mean": 0.5,
+        "count": 2,
+        "nonfinite": 1,
+        "windows": 1,
+    }
+
+    stored = http.get(f"{path}/events", params={"limit": 1000}).json()["items"]
+    sent = [e["data"] for e in seen if e["event"] == "event"]
+    assert sent == [e for e in stored if e["kind"] != "registered"]  # registering publishes the job only
+    assert [e["kind"] for e in sent] == ["running", "health", "command", "policy_set", "command_acked", "failed"]
+    failed = sent[-1]
+    assert failed["id"] == stored[-1]["id"] and failed["t"] == START + 10.75
+    assert failed["data"] == {"exit_code": 3}
 
 
 def test_a_resume_from_beyond_the_ring_is_told_to_resync() -> None:

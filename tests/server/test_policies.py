@@ -14,7 +14,7 @@ import pytest
 from stepwatch.server import health as server_health
 from stepwatch.server.analysis.cost import Cost
 from stepwatch.server.policies import Policy, PolicyError, decide, parse_policy, rearmed
-from stepwatch.server.routes.common import blocking
+from stepwatch.server.services import blocking
 from stepwatch.server.store import Job
 
 pytestmark = pytest.mark.both_stores

@@ -186,6 +186,29 @@ def test_events_page_by_id_and_filter_by_job_and_namespace(store: Store) -> None
     assert store.events(after=ids[-1]) == []
 
 
+def test_a_write_gives_the_events_it_appended_as_they_are_read_back(
+    store: Store, report: Callable[..., Report]
+) -> None:
+    """What the live stream sends: the events of one write, with their ids, equal to the stored ones."""
+    job = store.register("default", "told", token_hash="h", now=1.0)
+    command, commanded = store.with_events(store.add_command, job, "stop", "plateau", 2.0, "user:ann")
+    assert isinstance(command.id, str) and [e.kind for e in commanded] == ["command"]
+    ingested = store.ingest_report(job, report(1, 5, acks=[command.id]), 3.0)
+    assert [e.kind for e in ingested.events] == ["command_acked", "running"]
+    again = store.ingest_report(job, report(2, 6), 4.0)
+    assert again.events == ()  # most reports append nothing
+    (fired, queued), acted = store.with_events(
+        store.act, job.id, "plateau", {"t": 5.0, "action": "stop"}, "stopping", (("checkpoint", "first"),), 5.0
+    )
+    assert [e.kind for e in acted] == ["policy", "command"] and queued[0].id == acted[1].data["id"]
+    ended, final = store.with_events(store.set_state, fired, "finished", 6.0, "done", 0)
+    assert ended.state == "stopped" and [e.kind for e in final] == ["stopped"]
+    _, nothing = store.with_events(store.set_state, ended, "finished", 7.0, "done", 0)
+    assert nothing == []
+    written = [*commanded, *ingested.events, *acted, *final]
+    assert written == [e for e in store.events(job_id=job.id) if e.kind != "registered"]
+
+
 def test_jobs_filter_sort_and_count(store: Store, report: Callable[..., Report]) -> None:
     made = {}
     for i, (namespace, name, total, step) in enumerate(

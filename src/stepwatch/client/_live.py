@@ -92,7 +92,8 @@ class JobUpdate(Update):
 
 @dataclass(frozen=True)
 class PointsUpdate(Update):
-    """New metric points: ``points["loss"]`` is the window just stored (``last``, ``min``, ``max``...)."""
+    """New metric points: ``points["loss"]`` is the window just stored, as the job's history reads it back
+    (``t``, ``last``, ``min``, ``max``...); ``t`` is when the windows were stored."""
 
     attempt: int = 1
     t: float | None = None
@@ -135,29 +136,13 @@ def parse_update(sent: ServerSent) -> Update | None:
         return JobUpdate(update_id, namespace, name, Job(obj.get("job"), "live job event.job"))
     if sent.kind == "points":
         where = "live points event"
-        points = {}
-        for metric, p in sub(obj, "points", where).items():
-            w = as_dict(p, f"{where}.points.{metric}")
-            points[metric] = MetricPoint(
-                step=opt_int(w, "step", where),
-                t=opt_float(obj, "t", where),
-                last=opt_float(w, "last", where),
-                min=opt_float(w, "min", where),
-                max=opt_float(w, "max", where),
-                mean=opt_float(w, "mean", where),
-                count=opt_int(w, "count", where) or 0,
-                nonfinite=opt_int(w, "nonfinite", where) or 0,
-            )
+        found = sub(obj, "points", where).items()
+        points = {metric: MetricPoint.from_dict(p, f"{where}.points.{metric}") for metric, p in found}
         return PointsUpdate(
             update_id, namespace, name, opt_int(obj, "attempt", where) or 1, opt_float(obj, "t", where), points
         )
     if sent.kind == "event":
-        data = obj.get("data")
-        extra = {k: v for k, v in obj.items() if k not in ("namespace", "name", "t", "kind", "message", "id", "data")}
-        event = Event.from_dict(
-            {**obj, "id": obj.get("id"), "data": data if isinstance(data, dict) else extra}, "live event"
-        )
-        return EventUpdate(update_id, namespace, name, event)
+        return EventUpdate(update_id, namespace, name, Event.from_dict(obj, "live event"))
     return None
 
 

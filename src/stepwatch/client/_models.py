@@ -185,6 +185,23 @@ class MetricPoint:
     first_step: int | None = None
     windows: int = 1
 
+    @classmethod
+    def from_dict(cls, obj: Any, where: str = "point") -> MetricPoint:
+        """Read a point (of a history read, or of the live stream: the same object)."""
+        p = as_dict(obj, where)
+        return cls(
+            step=opt_int(p, "step", where),
+            t=opt_float(p, "t", where),
+            last=opt_float(p, "last", where),
+            min=opt_float(p, "min", where),
+            max=opt_float(p, "max", where),
+            mean=opt_float(p, "mean", where),
+            count=opt_int(p, "count", where) or 0,
+            nonfinite=opt_int(p, "nonfinite", where) or 0,
+            first_step=opt_int(p, "first_step", where),
+            windows=opt_int(p, "windows", where) or 1,
+        )
+
 
 @dataclass(frozen=True)
 class MetricSeries:
@@ -217,25 +234,7 @@ class MetricSeries:
     @classmethod
     def from_list(cls, name: str, items: Sequence[Any]) -> MetricSeries:
         """Read the points of one metric."""
-        points = []
-        for i, item in enumerate(items):
-            where = f"metrics.{name}[{i}]"
-            p = as_dict(item, where)
-            points.append(
-                MetricPoint(
-                    step=opt_int(p, "step", where),
-                    t=opt_float(p, "t", where),
-                    last=opt_float(p, "last", where),
-                    min=opt_float(p, "min", where),
-                    max=opt_float(p, "max", where),
-                    mean=opt_float(p, "mean", where),
-                    count=opt_int(p, "count", where) or 0,
-                    nonfinite=opt_int(p, "nonfinite", where) or 0,
-                    first_step=opt_int(p, "first_step", where),
-                    windows=opt_int(p, "windows", where) or 1,
-                )
-            )
-        return cls(name, tuple(points))
+        return cls(name, tuple(MetricPoint.from_dict(item, f"metrics.{name}[{i}]") for i, item in enumerate(items)))
 
 
 @dataclass(frozen=True)

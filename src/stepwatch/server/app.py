@@ -30,8 +30,8 @@ from .notify import Notifier, parse_targets
 from .policies.alerts import DEFAULT_NOTIFY_ON, check_targets, notify_hook
 from .prometheus import registry_for
 from .routes import access, costs, ingest, jobs, meta, policies, web
-from .routes.common import Services, blocking
 from .runners.kubernetes.wiring import start_kubernetes
+from .services import Services, blocking
 from .settings import ServerSettings
 from .store import SQLiteStore, Store, StoreError
 

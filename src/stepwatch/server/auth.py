@@ -28,8 +28,9 @@ import hashlib
 import ipaddress
 import json
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 AUTH_MODES: tuple[str, ...] = ("none", "tokens", "proxy")
+Offload = Callable[..., Awaitable[Any]]
 TOKEN_COOKIE = "stepwatch_token"
 """The cookie the dashboard sets for its live stream (an ``EventSource`` cannot send headers); read
 only on ``GET /api/v1/events``."""
@@ -172,8 +174,11 @@ class Authenticator:
         """Whether requests must say who they are."""
         return self.mode != "none"
 
-    async def identify(self, request: Request, store: Store, now: float, *, cookie: bool = False) -> Identity:
-        """The identity of a request, or 401. ``cookie``: the dashboard's token cookie counts too."""
+    async def identify(
+        self, request: Request, store: Store, now: float, *, offload: Offload, cookie: bool = False
+    ) -> Identity:
+        """The identity of a request, or 401. ``offload`` runs a store read away from the event loop (the
+        server's ``blocking``); ``cookie``: the dashboard's token cookie counts too."""
         if self.mode == "none":
             return LOCAL
         header = request.headers.get("authorization")
@@ -186,7 +191,7 @@ class Authenticator:
         elif cookie:
             secret = request.cookies.get(TOKEN_COOKIE) or None
         if secret is not None:
-            return await self._token(secret, store, now)
+            return await self._token(secret, store, now, offload)
         if self.mode == "proxy" and self._trusted(request):
             user = (request.headers.get(self.user_header) or "").strip()
             if user:
@@ -196,13 +201,11 @@ class Authenticator:
             "STEPWATCH_API_TOKEN; see docs/auth.md)"
         )
 
-    async def _token(self, secret: str, store: Store, now: float) -> Identity:
+    async def _token(self, secret: str, store: Store, now: float, offload: Offload) -> Identity:
         digest = hash_token(secret)
         token = store.cached_api_token(digest)
         if token is None:
-            from .routes.common import blocking
-
-            token = await blocking(store.api_token, digest)
+            token = await offload(store.api_token, digest)
         if token is None or not token.valid_at(now):
             raise _unauthenticated("this API token is not valid (unknown, revoked or expired)")
         if token.created_by == LOCAL.who:

@@ -22,10 +22,10 @@ from typing import Any
 
 from ..protocol import GpuReading
 from .analysis.health import HealthParams, HealthTracker, Verdict
+from .ingest.publish import publish_events, publish_job
 from .live import Broadcaster
-from .store import IngestResult, Job, JobFilter, SeriesColumns, Store
-from .store.base import FINAL_STATES, health_change_is_event
-from .views import job_view
+from .store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
+from .store.base import FINAL_STATES
 
 __all__ = [
     "EVAL_METRICS",
@@ -38,7 +38,6 @@ __all__ = [
     "HealthUpdate",
     "assess",
     "primary_metric",
-    "publish_event",
     "record",
     "second_metrics",
     "sweep_forever",
@@ -324,8 +323,9 @@ async def assess(
     gpus: Sequence[GpuReading] = (),
     *,
     evaluating: float | None = None,
-) -> tuple[Job, HealthUpdate | None]:
-    """Judge a job after one of its reports was stored; the job as it now stands, and its change of health.
+) -> tuple[Job, list[Event]]:
+    """Judge a job after one of its reports was stored; the job as it now stands, and the event its
+    change of health appended (none when its health did not change, or changed from nothing).
 
     A job seen for the first time (new, or after a restart) is tracked from what is stored, this report
     included. A failure of the analysis is logged (once per job) and costs the report nothing: it was
@@ -339,16 +339,19 @@ async def assess(
             await track(monitor, store, offload, job)
             update = monitor.judge(job, now)
         else:
-            return job, None
-        if update is not None:
-            v = update.verdict
-            job = await offload(store.set_health, job.id, v.state, v.since, v.evidence, now)
-        return job, update
+            return job, []
+        if update is None:
+            return job, []
+        v = update.verdict
+        stored: tuple[Job, list[Event]] = await offload(
+            store.with_events, store.set_health, job.id, v.state, v.since, v.evidence, now
+        )
+        return stored
     except Exception:
         monitor.forget(job.id)
         if monitor.note_failure(job.id):
             _log.exception("health analysis of %s failed; its reports are stored all the same", job.key)
-        return job, None
+        return job, []
 
 
 async def track(monitor: HealthMonitor, store: Store, offload: Offload, job: Job) -> None:
@@ -367,23 +370,15 @@ async def track(monitor: HealthMonitor, store: Store, offload: Offload, job: Job
 
 
 async def record(update: HealthUpdate, store: Store, live: Broadcaster, offload: Offload, now: float) -> Job:
-    """Store a change of health and publish it: the job, then its event (see :func:`publish_event`)."""
-    job: Job = await offload(
-        store.set_health, update.job.id, update.verdict.state, update.verdict.since, update.verdict.evidence, now
+    """Store a change of health and publish it: the job, then its event (none for a job's first ``healthy``)."""
+    v = update.verdict
+    stored: tuple[Job, list[Event]] = await offload(
+        store.with_events, store.set_health, update.job.id, v.state, v.since, v.evidence, now
     )
-    live.publish("job", job.namespace, job.name, {"job": job_view(job, now, compact=True)})
-    publish_event(update, live, now)
+    job, events = stored
+    publish_job(live, job, now)
+    publish_events(live, events)
     return job
-
-
-def publish_event(update: HealthUpdate, live: Broadcaster, now: float) -> None:
-    """Publish the event of a stored change of health (none for a job's first ``healthy``)."""
-    v, job = update.verdict, update.job
-    if not health_change_is_event(job.health, v.state):
-        return
-    message = str(v.evidence.get("message") or f"health is now {v.state}")
-    data = {"health": v.state, "evidence": v.evidence}
-    live.publish("event", job.namespace, job.name, {"t": now, "kind": "health", "message": message, "data": data})
 
 
 Review = Callable[[Job, float], Awaitable[Job]]

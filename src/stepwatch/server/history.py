@@ -6,7 +6,7 @@ from typing import Any
 
 from .analysis import downsample_columns
 from .store import SeriesColumns
-from .views import json_float
+from .views import point_view
 
 __all__ = ["downsampled"]
 
@@ -27,17 +27,17 @@ def downsampled(series: SeriesColumns, max_points: int) -> list[dict[str, Any]]:
         windows=series.windows,
     )
     return [
-        {
-            "step": c.steps[i],
-            "first_step": c.first_steps[i],
-            "t": c.times[i],
-            "last": json_float(c.lasts[i]),
-            "min": c.mins[i],
-            "max": c.maxs[i],
-            "mean": c.means[i],
-            "count": c.counts[i],
-            "nonfinite": c.nonfinites[i],
-            "windows": c.windows[i],
-        }
+        point_view(
+            c.steps[i],
+            c.first_steps[i],
+            c.times[i],
+            c.lasts[i],
+            c.mins[i],
+            c.maxs[i],
+            c.means[i],
+            c.counts[i],
+            c.nonfinites[i],
+            c.windows[i],
+        )
         for i in range(len(c))
     ]

@@ -1,13 +1,15 @@
-"""What the API shows of a job: stored fields plus the figures derived from them at read time."""
+"""What the API and the live stream show: a job (stored fields plus the figures derived from them at read
+time), a metric point, an event. Each has one serialiser here, used by the API's reads and by what the
+live stream publishes alike, so that no reader has a field to patch in."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Literal
 
-from ..protocol import INT32_MAX, encode_float, format_rfc3339
+from ..protocol import INT32_MAX, MetricWindow, encode_float, format_rfc3339
 from .analysis.cost import Cost, job_cost
-from .store import Job
+from .store import Event, Job
 
 __all__ = [
     "COMPACT_METRICS",
@@ -19,19 +21,70 @@ __all__ = [
     "cost_view",
     "eta_of",
     "eta_view",
+    "event_view",
     "health_history_view",
     "job_view",
     "json_float",
+    "point_view",
     "progress_percent",
     "remaining_seconds",
     "saved_by_policy",
     "trainer_status_view",
+    "window_view",
 ]
 
 
 def json_float(value: float | None) -> float | str | None:
     """A float for a JSON body: non-finite values as the strings of the protocol."""
     return None if value is None else encode_float(value)
+
+
+def point_view(
+    step: int,
+    first_step: int,
+    t: float,
+    last: float,
+    min_: float | None,
+    max_: float | None,
+    mean: float | None,
+    count: int,
+    nonfinite: int,
+    windows: int,
+) -> dict[str, Any]:
+    """The JSON object of a metric point: one stored window, or consecutive ones merged (``windows`` of
+    them, from ``first_step`` to ``step``), as history reads and the live stream send it."""
+    return {
+        "step": step,
+        "first_step": first_step,
+        "t": t,
+        "last": json_float(last),
+        "min": min_,
+        "max": max_,
+        "mean": mean,
+        "count": count,
+        "nonfinite": nonfinite,
+        "windows": windows,
+    }
+
+
+def window_view(window: MetricWindow, t: float) -> dict[str, Any]:
+    """The point of a window just stored at ``t``, as a history read will show it: the store keeps a
+    window's last step only, so a single window's ``first_step`` is that step."""
+    w = window
+    return point_view(w.last_step, w.last_step, t, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, 1)
+
+
+def event_view(event: Event) -> dict[str, Any]:
+    """The JSON object of an event, as the events API reads it back and the live stream sends it."""
+    return {
+        "id": event.id,
+        "namespace": event.namespace,
+        "name": event.name,
+        "t": event.t,
+        "kind": event.kind,
+        "message": event.message,
+        "data": event.data,
+    }
 
 
 def progress_percent(job: Job) -> float | None:

@@ -15,9 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...protocol import Command
 from ..analysis.checkpoint import CheckpointAdvice, advise
+from ..ingest.publish import publish_events
 from ..live import Broadcaster
-from ..store import Job, Store
+from ..store import Event, Job, Store
 from ..views import cost_of, remaining_seconds
 from .decide import Decision, decide, rearmed, stopping
 from .model import DEFAULT_CHECKPOINT_COST_S, DEFAULT_MTBF_HOURS, Policy, PolicyError, parse_policy
@@ -135,28 +137,31 @@ class PolicyEngine:
         message = ("dry run: would checkpoint" if dry else "checkpoint") + f" (by policy): {reason}"
         fired = {"t": now, "action": "checkpoint", "dry_run": dry, "reason": reason, "saved": None, "layer": ""}
         commands = () if dry else (("checkpoint", f"policy: {reason}"),)
-        job, queued = await self.offload(self.store.act, job.id, "checkpoint", fired, message, commands, now)
-        self.live.publish(
-            "event", job.namespace, job.name, {"t": now, "kind": "policy", "message": message, "data": fired}
-        )
-        for command in queued:
-            self.live.publish("event", job.namespace, job.name, {"kind": "command", "command": command.to_dict()})
-        return job
+        return await self._record(job, "checkpoint", fired, message, commands, now)
 
     async def _act(self, job: Job, decision: Decision, policy: Policy, now: float) -> Job:
         fired = decision.fired(now)
-        job, commands = await self.offload(
-            self.store.act, job.id, decision.trigger, fired, decision.message, decision.commands, now
-        )
-        data = {"trigger": decision.trigger, **fired}
-        self.live.publish(
-            "event", job.namespace, job.name, {"t": now, "kind": "policy", "message": decision.message, "data": data}
-        )
-        for command in commands:
-            self.live.publish("event", job.namespace, job.name, {"kind": "command", "command": command.to_dict()})
+        job = await self._record(job, decision.trigger, fired, decision.message, decision.commands, now)
         if self.notify is not None and not decision.dry_run:
             try:
                 self.notify(job, decision, policy.notify, now)
             except Exception:
                 _log.exception("could not hand a notification about %s to the notifier", job.key)
+        return job
+
+    async def _record(
+        self,
+        job: Job,
+        trigger: str,
+        fired: dict[str, Any],
+        message: str,
+        commands: tuple[tuple[str, str], ...],
+        now: float,
+    ) -> Job:
+        """Store an action on ``trigger`` with its commands, publish the events that appended; the job."""
+        stored: tuple[tuple[Job, list[Command]], list[Event]] = await self.offload(
+            self.store.with_events, self.store.act, job.id, trigger, fired, message, commands, now
+        )
+        (job, _), events = stored
+        publish_events(self.live, events)
         return job

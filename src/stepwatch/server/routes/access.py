@@ -11,9 +11,10 @@ from starlette.routing import Route
 from ...protocol import LIMITS
 from ..auth import mint_token
 from ..errors import ApiError
+from ..services import blocking
 from ..store import AuditEntry
 from .bodies import TOKEN_REQUEST, read_declared
-from .common import blocking, check_name, hash_token, identify, require, services
+from .common import check_name, hash_token, identify, require, services
 
 __all__ = ["routes"]
 

@@ -1,32 +1,19 @@
-"""What every route needs: the app's services, bounded body reading, token checks, names."""
+"""What every route needs: the app's services (:mod:`..services`), bounded body reading, token checks, names."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hmac
 import re
-import time
-import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
-import anyio.to_thread
 from starlette.requests import Request
 
 from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
-from ..analysis.cost import PriceList
-from ..auth import Authenticator, Identity, forbidden, hash_token
+from ..auth import Identity, forbidden, hash_token
 from ..errors import ApiError
-from ..estimates import RecentProgress
-from ..health import HealthMonitor
-from ..live import Broadcaster
-from ..policies import PolicyBook, PolicyEngine
-from ..store import Job, MetricLimitError, Store, StoreError
-from ..views import CompactViews
-from ..writer import ReportWriter
+from ..services import Services, blocking
+from ..store import Job
 
 try:
     import orjson
@@ -37,10 +24,8 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 """A run of 19 digits: a number orjson might not read exactly (it turns integers beyond 64 bits into floats)."""
 
 __all__ = [
-    "Services",
     "authorize",
     "bearer_token",
-    "blocking",
     "decode_json",
     "fast_json_loads",
     "hash_token",
@@ -53,100 +38,11 @@ __all__ = [
     "services",
 ]
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-@dataclass
-class Services:
-    """The app's collaborators, kept in ``app.state.services``."""
-
-    store: Store
-    live: Broadcaster
-    clock: Callable[[], float] = time.time
-    stats: dict[str, int] = field(
-        default_factory=lambda: {"reports": 0, "duplicates": 0, "statuses": 0, "over_limit": 0}
-    )
-    """Answers counted by kind (``/healthz``); ``over_limit``: reports refused for the limit on metric names."""
-    over_limit_until: dict[int, float] = field(default_factory=dict)
-    """Jobs whose last report was refused for the limit on metric names, and until when their next ones
-    are answered 429 before their bodies are read (a client that floods refused reports costs little)."""
-    progress: RecentProgress = field(default_factory=RecentProgress)
-    """Recent progress samples of live jobs, for their ETA."""
-    views: CompactViews = field(default_factory=CompactViews)
-    """Compact job views for lists, kept per version of each job."""
-    health: HealthMonitor = field(default_factory=HealthMonitor)
-    """Health trackers of live jobs, fed at ingest and swept for stalls."""
-    prices: PriceList = field(default_factory=PriceList)
-    """Default prices of a GPU hour, for jobs registered without one."""
-    auth: Authenticator = field(default_factory=Authenticator)
-    """Who requests come from (no authentication by default)."""
-    policies: PolicyEngine = field(init=False)
-    """The policy layers and the actions they take."""
-    writer: ReportWriter = field(init=False)
-    """Writes native reports in batches (group commit)."""
-
-    def __post_init__(self) -> None:
-        write_now = at_once(self.store.ingest_reports_nowait)  # on the loop when the store need not wait
-        self.writer = ReportWriter(self.store.ingest_reports, blocking, write_now=write_now)
-        self.policies = PolicyEngine(PolicyBook(), self.store, self.live, blocking)
-        self.health.metric_of = self.policies.book.metric_of
-        self.store.follow_changes(self.forget)
-
-    def forget(self, job_ids: frozenset[int] | None) -> None:
-        """Drop what is kept in memory about jobs another process wrote (``None``: about every job): their
-        health trackers and progress samples are rebuilt from the store at their next report, as after a
-        restart. Called in whatever thread heard of the change (dict operations, atomic under the GIL)."""
-        if job_ids is None:
-            self.health.forget_all()
-            self.progress.clear()
-            return
-        for job_id in job_ids:
-            self.health.forget(job_id)
-            self.progress.forget(job_id)
-
 
 def services(request: Request) -> Services:
     """The services of the app serving this request."""
     found: Services = request.app.state.services
     return found
-
-
-STORE_THREADS = 4
-"""Worker threads for store calls: SQLite hands the GIL back on every row, so more threads only
-trade it back and forth (measured: the default 40 threads cost 4x the CPU per report of 4)."""
-_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
-
-
-async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a store call in a worker thread; a store failure becomes 503 (the server stays up)."""
-    loop = asyncio.get_running_loop()
-    limiter = _LIMITERS.get(loop)
-    if limiter is None:
-        limiter = _LIMITERS[loop] = anyio.CapacityLimiter(STORE_THREADS)
-    call = functools.partial(fn, *args, **kwargs)
-    try:
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
-    except StoreError as exc:
-        raise _unavailable(exc) from None
-
-
-def at_once(fn: Callable[[T], R]) -> Callable[[T], R]:
-    """A store call made on the event loop (one that never waits), with ``blocking``'s 503 on failure."""
-
-    def call(arg: T) -> R:
-        try:
-            return fn(arg)
-        except StoreError as exc:
-            raise _unavailable(exc) from None
-
-    return call
-
-
-def _unavailable(exc: StoreError) -> ApiError:
-    if isinstance(exc, MetricLimitError):  # the caller's fault, not the store's
-        return ApiError(422, str(exc), "metrics")
-    return ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"})
 
 
 async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any:
@@ -282,7 +178,7 @@ async def require_writer(request: Request, namespace: str, name: str, *, hide_mi
 async def identify(request: Request, *, cookie: bool = False) -> Identity:
     """The identity of the request (401 when the server needs one and it has none)."""
     svc = services(request)
-    return await svc.auth.identify(request, svc.store, svc.clock(), cookie=cookie)
+    return await svc.auth.identify(request, svc.store, svc.clock(), offload=blocking, cookie=cookie)
 
 
 async def require(request: Request, role: str, namespace: str | None = None, *, cookie: bool = False) -> Identity:
@@ -290,8 +186,8 @@ async def require(request: Request, role: str, namespace: str | None = None, *, 
     or 403 otherwise. Call it before looking anything up, so that a refusal says nothing of what exists."""
     svc = services(request)
     if not svc.auth.enabled:
-        return await svc.auth.identify(request, svc.store, 0.0)
-    identity = await svc.auth.identify(request, svc.store, svc.clock(), cookie=cookie)
+        return await svc.auth.identify(request, svc.store, 0.0, offload=blocking)
+    identity = await svc.auth.identify(request, svc.store, svc.clock(), offload=blocking, cookie=cookie)
     if not identity.allows(role, namespace):
         raise forbidden(identity, role, namespace)
     return identity

@@ -11,9 +11,10 @@ from starlette.routing import Route
 
 from ..analysis.cost import Cost, CostTotals, totals
 from ..errors import ApiError
+from ..services import blocking
 from ..store import Job, JobFilter
 from ..views import cost_of, remaining_seconds, saved_by_policy
-from .common import blocking, check_name, identify, require, services
+from .common import check_name, identify, require, services
 
 __all__ = ["routes"]
 

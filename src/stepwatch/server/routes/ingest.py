@@ -1,9 +1,10 @@
-"""Ingest: the native report endpoint and the Kubeflow Trainer status endpoint (KEP-2779)."""
+"""Ingest's routes: the native report endpoint and the Kubeflow Trainer status endpoint (KEP-2779).
+
+They parse, authorise and answer; the report's trip itself (write, estimates, health, policies,
+publish) is the ingest service's (:mod:`..ingest.service`).
+"""
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -11,16 +12,14 @@ from starlette.routing import Route
 
 from ...protocol import ProtocolError, Report, ReportResponse, TrainerStatus
 from ..errors import ApiError
-from ..estimates import estimate_due
-from ..ingest_steps import after_ingest, apply_trainer_status, review
-from ..ingest_steps import estimate as estimate_eta
+from ..ingest.service import ingest_report, ingest_status
 from ..responses import FastJSONResponse
-from ..store import Job, MetricLimitError, PendingReport
-from ..store.job_updates import check_metric_names
-from .common import Services, blocking, decode_json, read_body, read_json, require_writer, services
+from ..services import Services
+from ..store import Job, MetricLimitError
+from .common import decode_json, read_body, read_json, require_writer, services
 from .pod_tokens import job_for_pod, pod_bearer
 
-__all__ = ["review", "routes"]
+__all__ = ["routes"]
 
 
 async def report(request: Request) -> JSONResponse:
@@ -33,35 +32,12 @@ async def report(request: Request) -> JSONResponse:
         parsed = Report.from_dict(data)
     except ProtocolError as exc:
         raise ApiError(422, exc.message, exc.field or None) from None
-    _within_limit(svc, job, (w.name for w in parsed.metrics))
-    now = svc.clock()
-    estimate = None
-    step = parsed.progress.step
-    if parsed.identity.rank == 0 and step is not None and estimate_due(job, now, step, svc.progress.count(job.id)):
-        with_totals = (
-            job if parsed.progress.total_steps is None else replace(job, total_steps=parsed.progress.total_steps)
-        )
-        estimate = await estimate_eta(svc, with_totals, step, now)
     try:
-        result = await svc.writer.write(PendingReport(job, parsed, now, estimate))
-    except MetricLimitError as exc:  # the store counts again under the job's lock (replicas, concurrent reports)
+        done = await ingest_report(svc, job, parsed)
+    except MetricLimitError as exc:
         raise _over_limit(svc, exc) from None
-    svc.stats["duplicates" if result.duplicate else "reports"] += 1
-    commands = result.commands
-    if not result.duplicate:
-        after = await after_ingest(
-            svc,
-            job,
-            result,
-            parsed.identity.rank,
-            step,
-            parsed.progress.total_steps,
-            parsed.gpus,
-            evaluating=parsed.progress.evaluating,
-        )
-        if after.policy_fired != result.job.policy_fired:  # its policy queued commands: they go with this answer
-            commands = tuple(await blocking(svc.store.pending_commands, job.id))
-    answer = ReportResponse(accepted_seq=parsed.seq, commands=commands)
+    svc.stats["duplicates" if done.duplicate else "reports"] += 1
+    answer = ReportResponse(accepted_seq=parsed.seq, commands=done.commands)
     return FastJSONResponse(answer.to_dict())
 
 
@@ -72,7 +48,7 @@ async def trainer_status(request: Request) -> JSONResponse:
     (for a pod token: registered here if the runner has not done it yet), then the body (422). The
     writer is the job's own token, or (when the server accepts them) a TrainJob pod's projected
     ServiceAccount token. A request without a status (``{}``) is answered 200 and changes nothing; a
-    status replaces the last one whole (:func:`..ingest_steps.apply_trainer_status`); 200 echoes it.
+    status replaces the last one whole (:func:`..ingest.service.ingest_status`); 200 echoes it.
     """
     namespace, name = request.path_params["namespace"], request.path_params["name"]
     body = await read_body(request)
@@ -88,22 +64,13 @@ async def trainer_status(request: Request) -> JSONResponse:
     if status is None:
         return JSONResponse({})  # upstream echoes the request it read: nothing
     svc = services(request)
-    await apply_trainer_status(svc, job, status, svc.clock())
+    await ingest_status(svc, job, status, svc.clock())
     svc.stats["statuses"] += 1
     return JSONResponse(status.to_body())  # upstream echoes the payload
 
 
-def _within_limit(svc: Services, job: Job, names: Iterable[str]) -> None:
-    """Refuse at once a report over the limit on metric names, by the job as the route found it: it may
-    hold fewer names than the store (never more), so this refuses nothing the store would take, and
-    spares the writer the reports it would refuse."""
-    try:
-        check_metric_names(job, job.last_metrics, names, svc.store.max_metric_names)
-    except MetricLimitError as exc:
-        raise _over_limit(svc, exc) from None
-
-
 def _over_limit(svc: Services, exc: MetricLimitError) -> ApiError:
+    """A report refused for the limit on metric names: 422, and its job's next reports held back."""
     svc.stats["over_limit"] += 1
     held = svc.over_limit_until
     if len(held) > 10_000:  # bounded: forgetting only lets a job's next report be read

@@ -13,13 +13,14 @@ from starlette.routing import Route
 from ...protocol import LIMITS, is_valid_metric_name
 from ..errors import ApiError
 from ..history import downsampled
-from ..ingest_steps import review
+from ..ingest.publish import publish_events, publish_job
+from ..ingest.service import review
 from ..responses import FastJSONResponse
-from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Event, Job, JobFilter
-from ..views import job_view
+from ..services import blocking
+from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Job, JobFilter
+from ..views import event_view, job_view
 from .bodies import COMMAND_REQUEST, REGISTRATION, STATE_CHANGE, read_declared
 from .common import (
-    blocking,
     check_name,
     hash_token,
     identify,
@@ -65,9 +66,9 @@ async def register(request: Request) -> JSONResponse:
             "has ended",
             "name",
         ) from None
-    view = job_view(job, svc.clock())
-    svc.live.publish("job", namespace, name, {"job": view})
-    return JSONResponse({"job": view, "token": token}, status_code=201)
+    now = svc.clock()
+    publish_job(svc.live, job, now)
+    return JSONResponse({"job": job_view(job, now), "token": token}, status_code=201)
 
 
 async def list_jobs(request: Request) -> JSONResponse:
@@ -196,19 +197,6 @@ async def events(request: Request) -> JSONResponse:
     return JSONResponse({"items": [event_view(e) for e in found]})
 
 
-def event_view(event: Event) -> dict[str, Any]:
-    """The JSON object of an event."""
-    return {
-        "id": event.id,
-        "namespace": event.namespace,
-        "name": event.name,
-        "t": event.t,
-        "kind": event.kind,
-        "message": event.message,
-        "data": event.data,
-    }
-
-
 async def add_command(request: Request) -> JSONResponse:
     """``POST .../jobs/{name}/commands`` ``{"kind": "stop"|"checkpoint", "reason": "..."}``."""
     svc = services(request)
@@ -218,10 +206,10 @@ async def add_command(request: Request) -> JSONResponse:
     kind, reason = said["kind"], said["reason"]
     if job.state in ("finished", "failed", "stopped"):
         raise ApiError(409, f"job {job.key} has already {job.state}: there is nothing to {kind}", "kind")
-    command = await blocking(svc.store.add_command, job, kind, reason, svc.clock(), identity.who)
-    svc.live.publish(
-        "event", job.namespace, job.name, {"kind": "command", "command": command.to_dict(), "by": identity.who}
+    command, events = await blocking(
+        svc.store.with_events, svc.store.add_command, job, kind, reason, svc.clock(), identity.who
     )
+    publish_events(svc.live, events)
     return JSONResponse(command.to_dict(), status_code=201)
 
 
@@ -239,14 +227,12 @@ async def set_state(request: Request) -> JSONResponse:
     job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
     said = await read_declared(request, STATE_CHANGE)
     state, exit_code, reason = said["state"], said["exit_code"], said["reason"]
-    before = job.state
-    job = await blocking(svc.store.set_state, job, state, svc.clock(), reason, exit_code)
+    job, events = await blocking(svc.store.with_events, svc.store.set_state, job, state, svc.clock(), reason, exit_code)
     job = await review(svc, job, svc.clock())
-    view = job_view(job, svc.clock())
-    svc.live.publish("job", job.namespace, job.name, {"job": view})
-    if job.state != before:
-        svc.live.publish("event", job.namespace, job.name, {"kind": job.state, "message": reason or job.state})
-    return JSONResponse(view)
+    now = svc.clock()
+    publish_job(svc.live, job, now)
+    publish_events(svc.live, events)
+    return JSONResponse(job_view(job, now))
 
 
 # ----------------------------------------------------------------------------------------- queries

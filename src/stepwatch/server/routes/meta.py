@@ -18,7 +18,8 @@ from ..auth import Identity
 from ..errors import ApiError
 from ..live import TooManyStreams
 from ..openapi import openapi_document
-from .common import blocking, check_name, identify, require, services
+from ..services import blocking
+from .common import check_name, identify, require, services
 
 __all__ = ["routes", "server_version"]
 

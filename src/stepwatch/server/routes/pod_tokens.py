@@ -12,10 +12,11 @@ from starlette.requests import Request
 
 from ...protocol import is_valid_name
 from ..errors import ApiError
+from ..ingest.publish import publish_job
 from ..runners.kubernetes.tokens import PodTokenError, looks_like_jwt
+from ..services import blocking
 from ..store import Job
-from ..views import job_view
-from .common import bearer_token, blocking, hash_token, services
+from .common import bearer_token, hash_token, services
 
 __all__ = ["job_for_pod", "pod_bearer"]
 
@@ -59,5 +60,5 @@ async def job_for_pod(request: Request, namespace: str, name: str, token: str) -
                 503, f"job {namespace}/{name} is being registered; try again", headers={"Retry-After": "1"}
             ) from None
         return found
-    svc.live.publish("job", namespace, name, {"job": job_view(job, svc.clock())})
+    publish_job(svc.live, job, svc.clock())
     return job

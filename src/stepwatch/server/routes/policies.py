@@ -9,11 +9,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..errors import ApiError
-from ..ingest_steps import review
+from ..ingest.publish import publish_events
+from ..ingest.service import review
 from ..policies import Policy, PolicyError, parse_policy
 from ..policies.enforce import checkpoint_advice
+from ..services import Services, blocking
 from ..store import Job
-from .common import Services, blocking, check_name, read_json, require, require_job, services
+from .common import check_name, read_json, require, require_job, services
 
 __all__ = ["policy_view", "read_policy", "routes"]
 
@@ -80,10 +82,9 @@ async def put_job_policy(request: Request) -> JSONResponse:
     now = svc.clock()
     said = policy.to_dict()
     message = "policy set: " + (", ".join(f"{k} {v}" for k, v in policy.on.items()) or "no actions")
-    job = await blocking(svc.store.set_policy, job.id, said, now, message, identity.who)
+    job, events = await blocking(svc.store.with_events, svc.store.set_policy, job.id, said, now, message, identity.who)
     svc.health.forget(job.id)  # the metric it follows may have changed: replayed on the next report
-    event = {"t": now, "kind": "policy_set", "message": message, "by": identity.who}
-    svc.live.publish("event", job.namespace, job.name, event)
+    publish_events(svc.live, events)
     job = await review(svc, job, now)
     return JSONResponse(policy_view(svc, job))
 

@@ -9,10 +9,11 @@ plain frozen dataclasses: what the store gives out cannot change behind it.
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, GpuReading, MetricWindow, Report, TrainerStatus
 from .access import ApiToken, AuditEntry
@@ -46,6 +47,8 @@ SORT_KEYS: tuple[str, ...] = JOB_SORT_KEYS
 HEALTH_STATES: tuple[str, ...] = ("healthy", "stalled", "not_learning", "diverging", "straggling", "unknown")
 JobState = Literal["pending", "running", "finished", "failed", "stopped"]
 FINAL_STATES = frozenset({"finished", "failed", "stopped"})
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def health_change_is_event(old: str, new: str) -> bool:
@@ -158,6 +161,8 @@ class IngestResult:
     new_points: tuple[MetricWindow, ...] = ()
     sample: ProgressSample | None = None
     """The progress sample the report added (rank 0's newest report with a step), for the ETA."""
+    events: tuple[Event, ...] = ()
+    """The events the report appended (the job started or ended, commands acknowledged), oldest first."""
 
 
 @dataclass(frozen=True)
@@ -253,6 +258,30 @@ class Store(abc.ABC):
     max_metric_names: int = 1024
     """Distinct metric names one job may have (the server sets it from ``STEPWATCH_MAX_METRIC_NAMES``):
     every name costs a series, an entry in the job's latest values and in each view of the job."""
+
+    _sinks = threading.local()
+    """Per thread, the list :meth:`with_events` gathers appended events into (none: not gathered). Shared
+    by the stores of a process: a thread runs one store call at a time."""
+
+    def with_events(self, write: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> tuple[T, list[Event]]:
+        """``write(*args, **kwargs)`` (one of this store's writes, such as :meth:`set_state`), and the
+        events it appended, oldest first, each as :meth:`events` reads it back: the live stream sends
+        them so. Call it in the thread that writes (``blocking(store.with_events, store.set_state, ...)``)."""
+        outer: list[Event] | None = getattr(self._sinks, "events", None)
+        appended: list[Event] = []
+        self._sinks.events = appended
+        try:
+            result = write(*args, **kwargs)
+        finally:
+            self._sinks.events = outer
+        if outer is not None:  # an enclosing call gets them too (not after an error: they were rolled back)
+            outer.extend(appended)
+        return result, appended
+
+    def _gathering(self) -> list[Event] | None:
+        """Where the events this thread's write appends go (``None``: nobody asked)."""
+        sink: list[Event] | None = getattr(self._sinks, "events", None)
+        return sink
 
     def follow_changes(self, listener: ChangeListener) -> None:  # noqa: B027 - optional, not abstract
         """Tell ``listener`` which jobs other processes change (PostgreSQL replicas; on SQLite, another

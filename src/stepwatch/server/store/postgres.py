@@ -314,7 +314,7 @@ class PostgresStore(SqlStore):
                 reason = f"superseded by attempt {row[1] + 1}"
                 old = self._current(conn, row[0])
                 self._update(conn, old, {"state": "failed", "finished_at": now, "updated_at": now, "reason": reason})
-                self._event(conn, row[0], now, "failed", reason, {})
+                self._event(conn, old, now, "failed", reason, {})
             attempt = 1 if row is None else row[1] + 1
             created = conn.execute(
                 "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at, "
@@ -339,7 +339,7 @@ class PostgresStore(SqlStore):
             ).fetchone()
             assert created is not None
             new = job_from_row(created)
-            self._event(conn, new.id, now, "registered", f"attempt {attempt} registered", {"attempt": attempt})
+            self._event(conn, new, now, "registered", f"attempt {attempt} registered", {"attempt": attempt})
             self._remember(new, token_hash, latest=True)
             self._renamed.add((namespace, name))
         return new
@@ -566,7 +566,7 @@ class PostgresStore(SqlStore):
 
     # ------------------------------------------------------------------------------------ events
 
-    def _event(
+    def _insert_event(
         self,
         conn: psycopg.Connection[tuple[Any, ...]],
         job_id: int,
@@ -574,14 +574,17 @@ class PostgresStore(SqlStore):
         kind: str,
         message: str,
         data: dict[str, Any],
-    ) -> None:
+    ) -> int:
         if not self._events_locked:  # held to the commit: event ids commit in the order they are taken
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._events_key,))
             self._events_locked = True
-        conn.execute(
-            "INSERT INTO events (job_id, t, kind, message, data) VALUES (%s, %s, %s, %s, %s)",
+        # reading the id back waits for the pipeline's answer: a round trip, on the rare writes with an event
+        row = conn.execute(
+            "INSERT INTO events (job_id, t, kind, message, data) VALUES (%s, %s, %s, %s, %s) RETURNING id",
             (job_id, now, kind, message, json.dumps(data)),
-        )
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
 
     # ---------------------------------------------------------------------------------- replicas
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ...protocol import Command, TrainerStatus
-from .base import IngestResult, Job, MetricLimitError, PendingReport, StoreError
+from .base import Event, IngestResult, Job, MetricLimitError, PendingReport, StoreError
 from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import JOB_COLUMNS, column_value, job_from_row
 
@@ -213,23 +213,31 @@ def _apply(
     newest = bool(answer[0])
     if report.metrics:
         store._count_windows(conn, job.id, [w.name for w in report.metrics])
+    events: tuple[Event, ...] = ()
     if report.acks:
         acked = conn.execute(
             "UPDATE commands SET acked_at = %s WHERE job_id = %s AND acked_at IS NULL AND id = ANY(%s) "
             "RETURNING id, kind",
             (now, job.id, list(report.acks)),
         ).fetchall()
-        for command_id, kind in acked:
-            store._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+        events = tuple(
+            store._event(conn, job, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+            for command_id, kind in acked
+        )
         done = {command_id for command_id, _ in acked}
         pending[job.id] = [c for c in pending[job.id] if c.id not in done]
     updates, sample = report_updates(job, item, newest)
-    store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
+    events += store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
     fresh = replace(job, **updates)
     store._remember(fresh)
     changed.setdefault(job.id, {}).update(updates)
     return IngestResult(
-        job=fresh, duplicate=False, commands=tuple(pending[job.id][:16]), new_points=report.metrics, sample=sample
+        job=fresh,
+        duplicate=False,
+        commands=tuple(pending[job.id][:16]),
+        new_points=report.metrics,
+        sample=sample,
+        events=events,
     )
 
 
@@ -253,6 +261,6 @@ def write_status(store: PostgresStore, conn: Connection, job: Job, status: Train
         columns = [(w.name, w.last_step, now, w.last, w.min, w.max, w.mean, 1, w.nonfinite) for w in read.windows]
         conn.execute(POINTS_SQL, (job.id, *(list(c) for c in zip(*columns))))
     updates = dict(read.updates)
-    store._transition(conn, job, updates, "running", "", now, rank0=True)
+    events = store._transition(conn, job, updates, "running", "", now, rank0=True)
     fresh = store._update(conn, job, updates)
-    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample)
+    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample, events=events)

@@ -5,7 +5,7 @@ state transition), ranks, commands, policies, events, API tokens and the audit l
 once, with ``?`` placeholders (:meth:`SqlStore._sql` turns them into the driver's own); each backend
 supplies how a write transaction is opened (``_write``), how a read runs (``_read``), how a job is
 read inside a transaction (``_job_in``: PostgreSQL locks its row) and kept for the cache
-(``_remember``), how a job filter reads (``_where``), and how an event is appended (``_event``:
+(``_remember``), how a job filter reads (``_where``), and how an event is appended (``_insert_event``:
 PostgreSQL orders event ids across replicas with a lock). What differs between the backends beyond
 that (registration, job reads and lists, history, acknowledged commands, token caches and revocation,
 which other processes must hear of) stays in :mod:`.sqlite` and :mod:`.postgres`.
@@ -65,8 +65,18 @@ class SqlStore(Store):
         """A filter as ``" WHERE ..."`` (or nothing) and its arguments, in the driver's placeholders."""
 
     @abc.abstractmethod
-    def _event(self, conn: Any, job_id: int, now: float, kind: str, message: str, data: dict[str, Any]) -> None:
-        """Append an event of a job in the open transaction."""
+    def _insert_event(self, conn: Any, job_id: int, now: float, kind: str, message: str, data: dict[str, Any]) -> int:
+        """Append an event of a job in the open transaction; its id."""
+
+    def _event(self, conn: Any, job: Job, now: float, kind: str, message: str, data: dict[str, Any]) -> Event:
+        """Append an event of ``job`` in the open transaction; the event, as :meth:`events` will read it
+        back (also gathered for :meth:`with_events`)."""
+        event_id = self._insert_event(conn, job.id, now, kind, message, data)
+        event = Event(event_id, job.id, job.namespace, job.name, now, kind, message, data)
+        sink = self._gathering()
+        if sink is not None:
+            sink.append(event)
+        return event
 
     # -------------------------------------------------------------------------------------- jobs
 
@@ -87,18 +97,19 @@ class SqlStore(Store):
 
     def _transition(
         self, conn: Any, job: Job, updates: dict[str, Any], state: str, reason: str, now: float, rank0: bool
-    ) -> None:
-        """The state a report moves its job to (into ``updates``), with its event: a final state from rank
-        0, ``running`` from the first report; a job that has ended stays as it ended."""
+    ) -> tuple[Event, ...]:
+        """The state a report moves its job to (into ``updates``), with its event (returned): a final state
+        from rank 0, ``running`` from the first report; a job that has ended stays as it ended."""
         if job.state in FINAL_STATES:
-            return
+            return ()
         if state in FINAL_STATES and rank0:
             state, reason = self._asked_to_stop(conn, job.id, state, reason)
             updates.update(state=state, finished_at=now, reason=reason)
-            self._event(conn, job.id, now, state, reason or f"the job reported {state}", {})
-        elif job.state == "pending":
+            return (self._event(conn, job, now, state, reason or f"the job reported {state}", {}),)
+        if job.state == "pending":
             updates.update(state="running", started_at=now)
-            self._event(conn, job.id, now, "running", "first report received", {})
+            return (self._event(conn, job, now, "running", "first report received", {}),)
+        return ()
 
     def _asked_to_stop(self, conn: Any, job_id: int, state: str, reason: str) -> tuple[str, str]:
         """A job asked to stop that ends ``finished`` ends ``stopped``, with the stop's reason.
@@ -136,11 +147,11 @@ class SqlStore(Store):
                 final, reason = self._asked_to_stop(conn, job.id, state, reason)
                 if current.state not in FINAL_STATES or exit_code not in (None, 0) or final == "stopped":
                     if current.state != final or current.reason != reason:
-                        self._event(conn, job.id, now, final, reason or final, {"exit_code": exit_code})
+                        self._event(conn, current, now, final, reason or final, {"exit_code": exit_code})
                     updates.update(state=final, finished_at=now, reason=reason)
             elif current.state == "pending":
                 updates.update(state=state, started_at=now)
-                self._event(conn, job.id, now, state, reason or "started", {})
+                self._event(conn, current, now, state, reason or "started", {})
             return self._update(conn, current, updates)
 
     def set_health(self, job_id: int, health: str, since: float | None, evidence: dict[str, Any], now: float) -> Job:
@@ -149,7 +160,7 @@ class SqlStore(Store):
             current = self._existing(conn, job_id)
             if health_change_is_event(current.health, health):
                 message = str(evidence.get("message") or f"health is now {health}")
-                self._event(conn, job_id, now, "health", message, {"health": health, "evidence": evidence})
+                self._event(conn, current, now, "health", message, {"health": health, "evidence": evidence})
             history = next_history(
                 current.health_history,
                 (current.health, current.health_since, current.health_evidence),
@@ -209,7 +220,7 @@ class SqlStore(Store):
         command = Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason)  # type: ignore[arg-type]
         with self._write() as conn:
             self._insert_command(conn, job.id, command, now)
-            self._command_event(conn, job.id, now, command, actor)
+            self._command_event(conn, job, now, command, actor)
             if actor:
                 self._audit(conn, AuditEntry(now, actor, kind, job.namespace, job.name, reason, {"id": command.id}))
         return command
@@ -220,11 +231,11 @@ class SqlStore(Store):
             (command.id, job_id, command.kind, command.reason, created_at),
         )
 
-    def _command_event(self, conn: Any, job_id: int, now: float, command: Command, actor: str = "") -> None:
+    def _command_event(self, conn: Any, job: Job, now: float, command: Command, actor: str = "") -> None:
         kind, reason = command.kind, command.reason
         message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
         data = {"id": command.id, "kind": kind, "reason": reason, **({"by": actor} if actor else {})}
-        self._event(conn, job_id, now, "command", message, data)
+        self._event(conn, job, now, "command", message, data)
 
     # ---------------------------------------------------------------------------------- policies
 
@@ -233,7 +244,7 @@ class SqlStore(Store):
         with self._write() as conn:
             current = self._existing(conn, job_id)
             self._event(
-                conn, job_id, now, "policy_set", message, {"policy": policy, **({"by": actor} if actor else {})}
+                conn, current, now, "policy_set", message, {"policy": policy, **({"by": actor} if actor else {})}
             )
             if actor:
                 entry = AuditEntry(
@@ -255,10 +266,10 @@ class SqlStore(Store):
         queued = [Command(id=uuid.uuid4().hex[:16], kind=kind, reason=reason) for kind, reason in commands]  # type: ignore[arg-type]
         with self._write() as conn:
             current = self._existing(conn, job_id)
-            self._event(conn, job_id, now, "policy", message, {"trigger": trigger, **fired})
+            self._event(conn, current, now, "policy", message, {"trigger": trigger, **fired})
             for i, command in enumerate(queued):
                 self._insert_command(conn, job_id, command, now + i * 1e-6)  # kept in order
-                self._command_event(conn, job_id, now, command)
+                self._command_event(conn, current, now, command)
             job = self._update(conn, current, {"policy_fired": {**current.policy_fired, trigger: fired}})
         return job, queued
 

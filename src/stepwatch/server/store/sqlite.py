@@ -295,7 +295,7 @@ class SQLiteStore(SqlStore):
                 reason = f"superseded by attempt {row[1] + 1}"
                 old, _ = self._current(conn, row[0])
                 self._update(conn, old, {"state": "failed", "finished_at": now, "updated_at": now, "reason": reason})
-                self._event(conn, row[0], now, "failed", reason, {})
+                self._event(conn, old, now, "failed", reason, {})
             attempt = 1 if row is None else row[1] + 1
             cur = conn.execute(
                 "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at, "
@@ -319,8 +319,8 @@ class SQLiteStore(SqlStore):
                 ),
             )
             job_id = int(cur.lastrowid or 0)
-            self._event(conn, job_id, now, "registered", f"attempt {attempt} registered", {"attempt": attempt})
             new = job_from_row(conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone())
+            self._event(conn, new, now, "registered", f"attempt {attempt} registered", {"attempt": attempt})
             self._remember(new, token_hash, latest=True)
         return new
 
@@ -581,13 +581,14 @@ class SQLiteStore(SqlStore):
 
     # ------------------------------------------------------------------------------------ events
 
-    def _event(
+    def _insert_event(
         self, conn: sqlite3.Connection, job_id: int, now: float, kind: str, message: str, data: dict[str, Any]
-    ) -> None:
-        conn.execute(
+    ) -> int:
+        cur = conn.execute(
             "INSERT INTO events (job_id, t, kind, message, data) VALUES (?, ?, ?, ?, ?)",
             (job_id, now, kind, message, json.dumps(data)),
         )
+        return int(cur.lastrowid or 0)
 
     # ------------------------------------------------------------------------ access (tokens, audit)
 

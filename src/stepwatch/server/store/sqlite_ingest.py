@@ -14,7 +14,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from ...protocol import TrainerStatus
-from .base import IngestResult, Job, PendingReport, StoreError
+from .base import Event, IngestResult, Job, PendingReport, StoreError
 from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import store_float
 
@@ -69,6 +69,7 @@ def write_report(store: SQLiteStore, conn: sqlite3.Connection, item: PendingRepo
                 for w in report.metrics
             ],
         )
+    events: tuple[Event, ...] = ()
     if report.acks:
         marks = ", ".join("?" for _ in report.acks)
         acked = conn.execute(
@@ -76,10 +77,12 @@ def write_report(store: SQLiteStore, conn: sqlite3.Connection, item: PendingRepo
             "RETURNING id, kind",
             (now, job.id, *report.acks),
         ).fetchall()
-        for command_id, kind in acked:
-            store._event(conn, job.id, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+        events = tuple(
+            store._event(conn, job, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+            for command_id, kind in acked
+        )
     updates, sample = report_updates(job, item, newest)
-    store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
+    events += store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
     fresh = store._update(conn, job, updates)
     return IngestResult(
         job=fresh,
@@ -87,6 +90,7 @@ def write_report(store: SQLiteStore, conn: sqlite3.Connection, item: PendingRepo
         commands=tuple(store._pending(conn, job.id)),
         new_points=report.metrics,
         sample=sample,
+        events=events,
     )
 
 
@@ -116,6 +120,6 @@ def write_status(
         ],
     )
     updates = dict(read.updates)
-    store._transition(conn, job, updates, "running", "", now, rank0=True)
+    events = store._transition(conn, job, updates, "running", "", now, rank0=True)
     fresh = store._update(conn, job, updates)
-    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample)
+    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample, events=events)

@@ -26,11 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...ingest_steps import apply_trainer_status
-from ...routes.common import Services, blocking, hash_token
-from ...store import Job, JobFilter
-from ...store.base import FINAL_STATES
-from ...views import job_view
+from ...auth import hash_token
+from ...ingest.publish import publish_events, publish_job
+from ...ingest.service import ingest_status
+from ...services import Services, blocking
+from ...store import Event, Job, JobFilter
 from .api import KubeApi, KubeError
 from .objects import ANNOTATION, RuntimeSize, TrainJob, parse_trainjob, runtime_size
 from .ratelimit import TokenBucket
@@ -388,23 +388,25 @@ class TrainJobRunner:
                 return True
             assert job is not None
             if isinstance(action, SetState):
-                fresh = await blocking(svc.store.set_state, job, action.state, now, action.reason)
+                fresh, events = await blocking(
+                    svc.store.with_events, svc.store.set_state, job, action.state, now, action.reason
+                )
                 fresh = await svc.policies.review(fresh, now)
-                self._publish(fresh, now, event=(action.state, action.reason) if fresh.state != job.state else None)
+                self._publish(fresh, now, events)
             elif isinstance(action, Mirror):
-                fresh = await apply_trainer_status(
-                    svc, job, action.status, action.at
-                )  # as the endpoint, at its own time
+                fresh = await ingest_status(svc, job, action.status, action.at)  # as the endpoint, at its own time
                 self.seen[key].mirrored = action.fingerprint
                 self.stats["mirrored"] += 1
                 self.jobs[key] = fresh
             elif isinstance(action, QueueCommand):
-                command = await blocking(svc.store.add_command, job, action.command, action.reason, now)
+                _, events = await blocking(
+                    svc.store.with_events, svc.store.add_command, job, action.command, action.reason, now
+                )
                 self.checkpoints[job.id] = now
                 stop = self.stops.get(job.id)
                 if stop is not None and action.command == "checkpoint":
                     self.stops[job.id] = replace(stop, checkpoint_at=now)
-                svc.live.publish("event", job.namespace, job.name, {"kind": "command", "command": command.to_dict()})
+                publish_events(svc.live, events)
                 return False
             else:
                 return False
@@ -458,11 +460,10 @@ class TrainJobRunner:
             return
         self.runtimes[(action.runtime_kind, namespace, action.name)] = (self.clock() + self.options.runtime_ttl_s, size)
 
-    def _publish(self, job: Job, now: float, event: tuple[str, str] | None = None) -> None:
+    def _publish(self, job: Job, now: float, events: Sequence[Event] = ()) -> None:
         self.jobs[(job.namespace, job.name)] = job
-        self.svc.live.publish("job", job.namespace, job.name, {"job": job_view(job, now)})
-        if event is not None and job.state in FINAL_STATES:
-            self.svc.live.publish("event", job.namespace, job.name, {"kind": event[0], "message": event[1] or event[0]})
+        publish_job(self.svc.live, job, now)
+        publish_events(self.svc.live, events)
 
     # ------------------------------------------------------------------ API writes
 

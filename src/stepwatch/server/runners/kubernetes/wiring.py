@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...routes.common import Services
+    from ...services import Services
     from ...settings import ServerSettings
 
 __all__ = ["start_kubernetes"]

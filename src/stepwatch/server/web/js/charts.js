@@ -47,7 +47,7 @@ export function smooth(values, weight) {
   });
 }
 
-/** Convert stored windows (history points, or live points with their time) to plottable columns. */
+/** Convert points (of a history read or the live stream: the same shape) to plottable columns. */
 export function columns(points) {
   const steps = [];
   const times = [];

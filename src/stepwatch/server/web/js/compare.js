@@ -216,7 +216,7 @@ export function renderCompare(main, keys) {
         run.series[name] = [];
         added = true;
       }
-      run.series[name].push({ ...point, t: detail.t });
+      run.series[name].push(point);
     }
     if (timer) return;
     timer = setTimeout(() => {

@@ -257,7 +257,7 @@ class Panel {
       h("li", { class: `ev ev-${/^[a-z_]+$/.test(e.kind) ? e.kind : "other"}` },
         h("time", { datetime: new Date(e.t * 1000).toISOString() }, fmtDateTime(e.t)),
         h("span", { class: "kind" }, e.kind),
-        h("span", { class: "text" }, e.message || (e.command ? `${e.command.kind}: ${e.command.reason || ""}` : "")))));
+        h("span", { class: "text" }, e.message))));
   }
 
   renderParams() {
@@ -381,8 +381,10 @@ class Panel {
   onUpdate(kind, detail) {
     if (this.destroyed) return;
     if (kind === "job" && detail.key === this.key && this.view) {
-      const keepExtra = { metric_names: this.view.metric_names, pending_commands: this.view.pending_commands, ranks: this.view.ranks };
-      this.view = { ...detail.job, ...keepExtra, params: detail.job.params || this.view.params };
+      // the stream sends the compact view (as lists read it): what only the panel's own read of the job
+      // carries stays as that read gave it
+      const { metric_names, pending_commands, ranks, params } = this.view;
+      this.view = { ...detail.job, metric_names, pending_commands, ranks, params };
       if (ENDED.has(detail.job.state)) {
         this.view.pending_commands = [];
         this.renderPending();
@@ -397,7 +399,6 @@ class Panel {
       this.renderCost();
     } else if (kind === "points" && detail.key === this.key) {
       for (const [name, point] of Object.entries(detail.points)) {
-        const p = { ...point, t: detail.t };
         if (!this.series[name]) {
           this.series[name] = [];
           if (this.pendingNames) {
@@ -407,13 +408,14 @@ class Panel {
           this.addChart(name);
           loadPlotly().catch(() => {});
         }
-        this.series[name].push(p);
+        this.series[name].push(point);
         const chart = this.charts.get(name);
         if (chart) chart.dirty = true;
       }
       this.scheduleRedraw();
     } else if (kind === "event" && detail.key === this.key) {
-      this.events.unshift({ t: detail.t ?? Date.now() / 1000, kind: detail.kind, message: detail.message, command: detail.command });
+      const { key: _key, ...event } = detail; // the event as the events API reads it back
+      this.events.unshift(event);
       this.renderEvents();
       if (detail.kind === "command" || ENDED.has(detail.kind)) this.refreshPending();
     } else if (kind === "resync" || (kind === "live" && detail === "live")) {
