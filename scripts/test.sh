@@ -24,7 +24,7 @@ install_if_missing() {  # COMMAND PACKAGE WHAT-NEEDS-IT
 }
 # the dashboard's browser tests drive Debian's Chromium (Playwright's own browser download cannot work here)
 install_if_missing chromium chromium "the browser tests"
-# `kubectl stepwatch` is run by a real kubectl in tests/test_cli_kubectl.py (no cluster needed)
+# `kubectl stepwatch` is run by a real kubectl in tests/cli/test_cli_kubectl.py (no cluster needed)
 install_if_missing kubectl kubectl "the tests through kubectl"
 # a real Prometheus scrapes a real server in tests/server/test_prometheus.py (with promtool)
 install_if_missing promtool prometheus "the real Prometheus test"

@@ -16,7 +16,7 @@ import pytest
 
 from stepwatch.cli.run import job_name_for
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def free_port() -> int:
