@@ -18,11 +18,12 @@ import pytest
 
 from stepwatch.testing import ReportSink
 
-FULL_ONLY = ("slow", "perf", "bench", "browser", "reliability", "postgres")
+FULL_ONLY = ("slow", "frameworks", "perf", "bench", "browser", "reliability", "postgres")
 """The markers of the tests that only ``--full`` runs (their meaning: pyproject.toml)."""
 
 BY_PLACE = {
     "tests/e2e/*": "browser",
+    "tests/integrations/*": "frameworks",
     "tests/reliability/*": "reliability",
     "tests/*test_*bench*.py": "bench",
 }

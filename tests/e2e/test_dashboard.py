@@ -313,7 +313,12 @@ def test_a_lost_server_shows_a_banner_and_the_page_recovers(page: Any, server: A
 def test_ten_thousand_jobs_first_render_scroll_and_filter(page: Any, server: Any, shot: Any) -> None:
     from stepwatch.server.store import PendingReport, SQLiteStore
 
-    _populate(SQLiteStore(server.db), 10_000)
+    _populate(SQLiteStore(server.db), 10)  # the baseline, in this run: the same page with 10 jobs
+    t0 = time.monotonic()
+    page.goto(server.url + "/")
+    page.wait_for_selector("a.job-link", timeout=20_000)
+    first_of_10 = time.monotonic() - t0
+    _populate(SQLiteStore(server.db), 9_990, first=10)
     t0 = time.monotonic()
     page.goto(server.url + "/")
     page.wait_for_selector("a.job-link", timeout=20_000)
@@ -333,15 +338,18 @@ def test_ten_thousand_jobs_first_render_scroll_and_filter(page: Any, server: Any
     filtered = time.monotonic() - t0
     shot("10k")
     print(
-        f"\n10,000 jobs: first render {first * 1000:.0f} ms, scroll {scroll * 1000:.0f} ms, filter "
-        f"{filtered * 1000:.0f} ms"
+        f"\n10,000 jobs: first render {first * 1000:.0f} ms (10 jobs: {first_of_10 * 1000:.0f} ms), scroll "
+        f"{scroll * 1000:.0f} ms, filter {filtered * 1000:.0f} ms"
     )
-    assert first < 5.0  # the target (1.5 s) is checked by benchmarks/dashboard.py; this guards a regression
+    # the first rows do not wait for the 10,000: at most 10 times the first render of 10 jobs (the target,
+    # 1.5 s, is checked by benchmarks/dashboard.py; this guards a regression on any machine)
+    assert first < 10 * first_of_10, (first, first_of_10)
     del PendingReport
 
 
-def _populate(store: Any, n: int) -> None:
-    """``n`` jobs in 7 namespaces, each with one report, written through the store (what ingest does)."""
+def _populate(store: Any, n: int, first: int = 0) -> None:
+    """``n`` jobs (numbered from ``first``) in 7 namespaces, each with one report, written through the store
+    (what ingest does)."""
     from stepwatch.protocol import Identity, Progress, Report
     from stepwatch.server.store import PendingReport
 
@@ -349,10 +357,10 @@ def _populate(store: Any, n: int) -> None:
     jobs = [
         store.register(f"ns-{i % 7}", f"job-{i:05d}", token_hash="-", now=now - 3600, total_steps=10_000,
                        gpus=float(i % 4 + 1), gpu_hour_cost=2.5)
-        for i in range(n)
+        for i in range(first, first + n)
     ]  # fmt: skip
     batch = []
-    for i, job in enumerate(jobs):
+    for i, job in enumerate(jobs, start=first):
         report = Report(
             run_id="r", seq=1, sent_at=now - 5, identity=Identity(rank=0, world_size=1, host="h", pid=1),
             progress=Progress(step=100 + i, total_steps=10_000), metrics=(), state="running",

@@ -118,6 +118,7 @@ def test_kubeflow_sdk_update_trainjob_status_with_a_pod_token(
     assert obj["status"]["trainerStatus"]["progressPercentage"] == 25
 
 
+@pytest.mark.slow
 def test_transformers_kubeflow_callback_with_a_pod_token(pod_env: dict[str, Any]) -> None:
     pytest.importorskip("transformers", minversion="5.4", reason="KubeflowCallback is in transformers >= 5.4")
     from transformers.integrations.integration_utils import KubeflowCallback

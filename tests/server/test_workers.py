@@ -103,6 +103,7 @@ def _stream(client: httpx.Client, job: str, got: list[dict[str, Any]], ready: th
         pass  # closed by the test
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_job_its_history_and_its_live_stream(workers: Workers, make_report: MakeReport) -> None:
     assert len(workers.worker_pids()) == 2
     by_worker = workers.clients()
@@ -141,6 +142,7 @@ def test_two_workers_share_one_job_its_history_and_its_live_stream(workers: Work
         client.close()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_started_again_and_sigterm_ends_them_all(workers: Workers) -> None:
     first = workers.worker_pids()
     os.kill(first[0], signal.SIGKILL)
