@@ -71,9 +71,7 @@ def test_list_renders_every_column_and_updates_live_without_redrawing_rows(page:
     shot("list")
 
 
-def test_side_panel_charts_the_reported_points_and_a_new_point_within_a_second(
-    page: Any, fleet: Any, shot: Any
-) -> None:
+def test_side_panel_charts_the_reported_points_and_a_new_point_live(page: Any, fleet: Any, shot: Any) -> None:
     fleet.register("bert", total_steps=2000, gpus=2, gpu_hour_cost=3.0, params={"lr": 3e-4, "batch_size": 32})
     metrics = ("loss", "eval_loss", "learning_rate", "grad_norm", "train_samples_per_second")
     for i in range(1, 41):
