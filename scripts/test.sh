@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run every check: lint, types, dependency directions, the test suite, and the
 # report core's tests again in a bare environment with no extras (no NumPy, no torch).
+#   bash scripts/test.sh          the default tier of the suite: the tests a person waits for (minutes)
+#   bash scripts/test.sh --full   every tier: also slow, frameworks, perf, bench, browser, reliability, postgres (CI)
+# Other arguments go to pytest (`bash scripts/test.sh -x -k stall`); tests/conftest.py defines the tiers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,7 +27,7 @@ install_if_missing() {  # COMMAND PACKAGE WHAT-NEEDS-IT
 }
 # the dashboard's browser tests drive Debian's Chromium (Playwright's own browser download cannot work here)
 install_if_missing chromium chromium "the browser tests"
-# `kubectl stepwatch` is run by a real kubectl in tests/test_cli_kubectl.py (no cluster needed)
+# `kubectl stepwatch` is run by a real kubectl in tests/cli/test_cli_kubectl.py (no cluster needed)
 install_if_missing kubectl kubectl "the tests through kubectl"
 # a real Prometheus scrapes a real server in tests/server/test_prometheus.py (with promtool)
 install_if_missing promtool prometheus "the real Prometheus test"
@@ -36,7 +39,7 @@ echo "== mypy"
 echo "== dependency directions"
 if [ -f ../shared/tools/check_layers.py ]; then python3 ../shared/tools/check_layers.py .; else echo "(../shared/tools/check_layers.py not here; skipped)"; fi
 echo "== tests"
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q "$@"  # --full is pytest's own option (tests/conftest.py)
 echo "== report core without extras"
 if [ ! -x .venv-bare/bin/python ]; then python3 -m venv .venv-bare; fi
 .venv-bare/bin/python -m pip install --quiet --disable-pip-version-check . pytest

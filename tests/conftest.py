@@ -1,31 +1,105 @@
-"""Shared fixtures: a clean stepwatch state and environment for every test, and a loopback sink."""
+"""Shared fixtures (a clean stepwatch state and environment for every test, a loopback sink) and the tiers.
+
+Tiers: ``pytest`` runs the default tier, the tests a person waits for; ``pytest --full`` runs every test.
+A test is in the full tier only when it carries one of :data:`FULL_ONLY`. Those markers are declared in
+pyproject.toml; here, in one place, :func:`pytest_collection_modifyitems` gives the ones that follow from
+where a test is (:data:`BY_PLACE`) or what it runs on (a ``both_stores`` test's PostgreSQL run), and a test
+file marks its own ``slow`` and ``perf`` tests. ``-m EXPRESSION`` picks tests by marker instead (``-m slow``:
+that tier alone); a test named on the command line with its ``::`` id runs whatever its tier.
+"""
 
 from __future__ import annotations
 
-import os
+import fnmatch
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-import stepwatch
-from stepwatch import _run
 from stepwatch.testing import ReportSink
 
-_PREFIXES = ("STEPWATCH_", "KUBEFLOW_TRAINER_SERVER_")
-_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+FULL_ONLY = ("slow", "frameworks", "perf", "bench", "browser", "reliability", "postgres")
+"""The markers of the tests that only ``--full`` runs (their meaning: pyproject.toml)."""
+
+BY_PLACE = {
+    "tests/e2e/*": "browser",
+    "tests/integrations/*": "frameworks",
+    "tests/reliability/*": "reliability",
+    "tests/*test_*bench*.py": "bench",
+}
+"""Markers given by path (relative to the repository, ``fnmatch`` patterns: ``*`` spans folders too)."""
+
+ROOT = Path(__file__).parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help=f"run every tier: also the tests marked {', '.join(FULL_ONLY)} (the default run leaves them out)",
+    )
+
+
+def _named(config: pytest.Config) -> list[str]:
+    """The test ids given on the command line (``path::name``), relative to the repository."""
+    ids = []
+    for arg in config.args:
+        if "::" in arg:
+            path, rest = arg.split("::", 1)
+            where = (Path(config.invocation_params.dir) / path).resolve()
+            ids.append(f"{where.relative_to(ROOT).as_posix()}::{rest}" if where.is_relative_to(ROOT) else arg)
+    return ids
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the tiers its place gives; outside ``--full`` and ``-m``, leave the full tier out."""
+    for item in items:
+        where = item.path.relative_to(ROOT).as_posix() if item.path.is_relative_to(ROOT) else ""
+        for pattern, marker in BY_PLACE.items():
+            if fnmatch.fnmatch(where, pattern):
+                item.add_marker(marker)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("backend") == "postgres":
+            item.add_marker("postgres")
+    if config.getoption("full") or config.getoption("markexpr"):
+        return
+    named = _named(config)
+    kept, left_out = [], []
+    for item in items:
+        full_only = any(item.get_closest_marker(marker) for marker in FULL_ONLY)
+        if full_only and not any(item.nodeid == n or item.nodeid.startswith((f"{n}[", f"{n}::")) for n in named):
+            left_out.append(item)
+        else:
+            kept.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+        config.stash[_LEFT_OUT] = left_out
+
+
+_LEFT_OUT = pytest.StashKey[list[pytest.Item]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # around pytest's own summary: this line comes after it
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Iterator[None]:
+    """Say, last before the counts, which tiers this run left out and how to run them."""
+    yield
+    left_out = config.stash.get(_LEFT_OUT, [])
+    if not left_out:
+        return
+    counts = {m: sum(1 for item in left_out if item.get_closest_marker(m)) for m in FULL_ONLY}
+    tiers = ", ".join(f"{marker} ({count})" for marker, count in counts.items() if count)
+    terminalreporter.write_line(
+        f"default tier: {len(left_out)} tests left out, marked {tiers}; "
+        "run them with `bash scripts/test.sh --full` (or `pytest --full`)",
+        yellow=True,
+    )
 
 
 @pytest.fixture(autouse=True)
-def clean_stepwatch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No stepwatch or rank variable leaks in from the machine, and no run outlives its test."""
-    for name in list(os.environ):
-        if name.startswith(_PREFIXES) or name in _RANK_VARS:
-            monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("STEPWATCH_HANDLE_SIGTERM", "0")  # pytest's own process keeps its signals
-    yield
-    for run in list(_run._ACTIVE):
-        run.finish()
-    stepwatch.finish()
+def clean_stepwatch(stepwatch_clean: None) -> None:
+    """No stepwatch or rank variable leaks in from the machine, and no run outlives its test (the plugin's
+    ``stepwatch_clean``, for every test of this suite)."""
 
 
 @pytest.fixture

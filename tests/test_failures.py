@@ -283,7 +283,8 @@ def test_hanging_server_does_not_slow_the_loop_and_finish_is_bounded(
     delivered = run.finish()
     finish_s = time.perf_counter() - t0
     assert delivered is False
-    assert finish_s <= flush_timeout + 0.5 + 0.4, finish_s  # finish() waits flush_timeout + 0.5 at most
+    # finish() waits flush_timeout + 0.5 at most: twice that on a busy machine, never the hang's 30 s
+    assert finish_s <= 2 * (flush_timeout + 0.5), finish_s
     assert reports_of(sink, run) == []
     assert_not_slowed(elapsed, base)
 
@@ -296,7 +297,7 @@ def test_exit_with_a_hanging_server_is_bounded(sink: ReportSink, healthy: Report
     sink.delay = 30
     t0 = time.perf_counter()
     assert _spawn(script, "normal", sink, STEPWATCH_FLUSH_TIMEOUT="1").wait(20) == 0
-    assert time.perf_counter() - t0 <= base + 1.0 + 0.5 + 1.0
+    assert time.perf_counter() - t0 <= 2 * (base + 1.0 + 0.5)  # the flush timeout and its 0.5 s, not the hang
 
 
 # ------------------------------------------------------------------------------------------- 5: 429
@@ -732,8 +733,8 @@ def test_forked_child_can_start_its_own_run(sink: ReportSink) -> None:
 def test_commands_reach_the_loop_and_are_acknowledged(sink: ReportSink, healthy: ReportSink) -> None:
     base = baseline(healthy)
     run = stepwatch.init(job="commanded", url=sink.url, interval=INTERVAL, flush_timeout=5)
-    issued: dict[str, float] = {}
-    seen: dict[str, float] = {}
+    issued: dict[str, int] = {}  # reports answered when the command was queued, and when the loop saw it
+    seen: dict[str, int] = {}
     checkpoints = 0
     steps = 0
     start = time.perf_counter()
@@ -743,23 +744,25 @@ def test_commands_reach_the_loop_and_are_acknowledged(sink: ReportSink, healthy:
         steps = i
         if i == 50:
             sink.command("checkpoint", "plateau")
-            issued["checkpoint"] = time.perf_counter()
+            issued["checkpoint"] = len(report_requests(sink))
         if run.should_checkpoint:  # a loop saves, then says so
             checkpoints += 1
-            seen.setdefault("checkpoint", time.perf_counter())
+            seen.setdefault("checkpoint", len(report_requests(sink)))
             assert run.command_reason == "plateau"
             run.checkpoint_done()
         if i == 200:
             sink.command("stop", "budget exceeded")
-            issued["stop"] = time.perf_counter()
+            issued["stop"] = len(report_requests(sink))
         if run.should_stop:
-            seen["stop"] = time.perf_counter()
+            seen["stop"] = len(report_requests(sink))
             break
     elapsed = time.perf_counter() - start
     assert "checkpoint" in seen and "stop" in seen, seen
     assert checkpoints == 1  # answered again until acknowledged, acted on once
-    assert seen["checkpoint"] - issued["checkpoint"] <= 10 * INTERVAL + 0.5
-    assert seen["stop"] - issued["stop"] <= 10 * INTERVAL + 0.5
+    # counted in reports, not seconds: the answer to the next report carries the command (one report may be
+    # on its way when it is queued), and the loop sees it at its next step (one more report at most meanwhile)
+    assert 1 <= seen["checkpoint"] - issued["checkpoint"] <= 3, (issued, seen)
+    assert 1 <= seen["stop"] - issued["stop"] <= 3, (issued, seen)
     assert run.command_reason == "budget exceeded"
     assert eventually(lambda: not sink.pending_commands, 2)  # the next reports acknowledged both
     finish_delivered(run, sink, expected="stopped")  # a loop that obeyed a stop ends stopped, not finished

@@ -141,6 +141,7 @@ def test_an_early_exit_shows_its_real_progress(
     assert "ended at 49.8%" in described
 
 
+@pytest.mark.slow
 def test_a_resumed_job_has_a_right_eta_from_its_first_seconds(server: str, tmp_path: Path) -> None:
     """A real resume: the loop checkpoints every 50 steps, is killed, and is started again with the same
     job name (attempt 2). Its first report says step 0, the next the checkpoint's step; the ETA the API

@@ -96,7 +96,8 @@ def trickle(sock: socket.socket, data: bytes, every_s: float, limit_s: float) ->
 
 
 def served_quickly(url: str, rounds: int = 5) -> float:
-    """The slowest of a few plain requests, each on a new connection."""
+    """The slowest of a few plain requests, each on a new connection: under ``HEAD_S`` when slow clients do not
+    hold the server up (a server they held would answer once they are cut, after ``HEAD_S``)."""
     slowest = 0.0
     for _ in range(rounds):
         started = time.monotonic()
@@ -111,7 +112,7 @@ def test_headers_sent_a_byte_at_a_time_are_cut_off_and_others_are_served(server:
     cut: list[float | None] = []
     slowloris = threading.Thread(target=lambda: cut.append(trickle(sock, head, 0.05, HEAD_S + 10)))
     slowloris.start()
-    assert served_quickly(server.url) < 1.0
+    assert served_quickly(server.url) < HEAD_S
     slowloris.join(30)
     sock.close()
     assert cut[0] is not None and cut[0] < HEAD_S + SLACK_S, cut
@@ -148,7 +149,7 @@ def test_headers_over_64_kib_are_a_431_and_the_connection_ends(server: Server) -
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     error = json.loads(answer.split(b"\r\n\r\n", 1)[1])
     assert error["kind"] == "Status" and error["code"] == 431 and "over 65536 bytes" in error["message"]
-    assert served_quickly(server.url) < 1.0
+    assert served_quickly(server.url) < HEAD_S
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +267,7 @@ def test_a_body_nobody_reads_does_not_hold_the_connection(server: Server) -> Non
     )
     cut = trickle(sock, b"a" * 1000, 0.05, HEAD_S + BODY_S + 10)
     sock.close()
-    assert cut is not None and cut < 1.0, cut
+    assert cut is not None and cut < BODY_S / 2, cut  # at once, not when the body's bound is over
 
 
 def test_many_idle_and_slow_connections_do_not_exhaust_it(server: Server) -> None:
@@ -275,7 +276,7 @@ def test_many_idle_and_slow_connections_do_not_exhaust_it(server: Server) -> Non
     for sock in slow:
         sock.sendall(b"GET /api/v1/jobs HTTP/1.1\r\n")
     try:
-        assert served_quickly(server.url, rounds=10) < 1.0
+        assert served_quickly(server.url, rounds=10) < HEAD_S
         with httpx.Client(base_url=server.url, timeout=5) as client:  # a kept-alive client too
             for _ in range(10):
                 assert client.get("/api/v1/jobs").status_code == 200
@@ -283,7 +284,7 @@ def test_many_idle_and_slow_connections_do_not_exhaust_it(server: Server) -> Non
         while not all(closed(s) for s in idle + slow):
             assert time.monotonic() < deadline, f"{sum(not closed(s) for s in idle + slow)} connections still open"
             time.sleep(0.1)
-        assert served_quickly(server.url) < 1.0
+        assert served_quickly(server.url) < HEAD_S
     finally:
         for sock in idle + slow:
             sock.close()

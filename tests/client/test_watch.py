@@ -185,9 +185,9 @@ def test_watch_all_namespaces_and_resume_from_an_id(server: str, ns: str, client
 
 
 def test_an_update_reaches_the_caller_quickly(server: str, ns: str, client: Client) -> None:
-    """From the server publishing an update to ``watch()`` yielding it: the median of 20 under 200 ms.
-
-    Measured against a baseline in the same run: a plain GET of the same server (its round trip)."""
+    """From asking the server for a command to ``watch()`` yielding its event: the median of 20 within 10 times
+    the median round trip of the POST that asked (the baseline, in the same run; measured: about 1 time, as the
+    server publishes before it answers; a watch that polled every second would be hundreds of times)."""
     run = start_job(server, ns, "fast")
     run.step(loss=1.0)
     step_until(server, ns, "fast", 1)
@@ -207,4 +207,5 @@ def test_an_update_reaches_the_caller_quickly(server: str, ns: str, client: Clie
     delays.sort()
     round_trips.sort()
     median = delays[len(delays) // 2]
-    assert median < 0.2, f"median {median * 1000:.1f} ms (a POST's round trip: {round_trips[10] * 1000:.1f} ms)"
+    round_trip = round_trips[len(round_trips) // 2]
+    assert median < 10 * round_trip, f"median {median * 1000:.1f} ms (a POST's round trip: {round_trip * 1000:.1f} ms)"

@@ -71,9 +71,7 @@ def test_list_renders_every_column_and_updates_live_without_redrawing_rows(page:
     shot("list")
 
 
-def test_side_panel_charts_the_reported_points_and_a_new_point_within_a_second(
-    page: Any, fleet: Any, shot: Any
-) -> None:
+def test_side_panel_charts_the_reported_points_and_a_new_point_live(page: Any, fleet: Any, shot: Any) -> None:
     fleet.register("bert", total_steps=2000, gpus=2, gpu_hour_cost=3.0, params={"lr": 3e-4, "batch_size": 32})
     metrics = ("loss", "eval_loss", "learning_rate", "grad_norm", "train_samples_per_second")
     for i in range(1, 41):
@@ -105,17 +103,22 @@ def test_side_panel_charts_the_reported_points_and_a_new_point_within_a_second(
     ):
         assert expected in panel, expected
 
-    # a new point shows in the open chart within a second of the server accepting it
-    t0 = time.monotonic()
+    # a new point shows in the open chart through the live stream: the page reads no history for it
+    reads: list[str] = []
+
+    def on_request(request: Any) -> None:
+        if "/history" in request.url:
+            reads.append(request.url)
+
+    page.on("request", on_request)
     fleet.report("bert", 410, {"loss": float("nan"), "eval_loss": 0.04}, total_steps=2000)
     wait_js(
         page,
         "const d = document.querySelector(\".chart[data-metric='eval_loss']\"); "
         "return d.data.some((t) => t.y && t.y.length === 41);",
-        timeout=5000,
     )
-    seen = time.monotonic() - t0
-    assert seen < 1.0, f"the point took {seen:.2f} s to show"
+    page.remove_listener("request", on_request)
+    assert not reads, f"the point came by reading the history again, not live: {reads}"
     # the NaN shows as a marker (a trace on the hidden top axis), the line keeps its gap
     wait_js(
         page,
@@ -308,7 +311,12 @@ def test_a_lost_server_shows_a_banner_and_the_page_recovers(page: Any, server: A
 def test_ten_thousand_jobs_first_render_scroll_and_filter(page: Any, server: Any, shot: Any) -> None:
     from stepwatch.server.store import PendingReport, SQLiteStore
 
-    _populate(SQLiteStore(server.db), 10_000)
+    _populate(SQLiteStore(server.db), 10)  # the baseline, in this run: the same page with 10 jobs
+    t0 = time.monotonic()
+    page.goto(server.url + "/")
+    page.wait_for_selector("a.job-link", timeout=20_000)
+    first_of_10 = time.monotonic() - t0
+    _populate(SQLiteStore(server.db), 9_990, first=10)
     t0 = time.monotonic()
     page.goto(server.url + "/")
     page.wait_for_selector("a.job-link", timeout=20_000)
@@ -328,15 +336,18 @@ def test_ten_thousand_jobs_first_render_scroll_and_filter(page: Any, server: Any
     filtered = time.monotonic() - t0
     shot("10k")
     print(
-        f"\n10,000 jobs: first render {first * 1000:.0f} ms, scroll {scroll * 1000:.0f} ms, filter "
-        f"{filtered * 1000:.0f} ms"
+        f"\n10,000 jobs: first render {first * 1000:.0f} ms (10 jobs: {first_of_10 * 1000:.0f} ms), scroll "
+        f"{scroll * 1000:.0f} ms, filter {filtered * 1000:.0f} ms"
     )
-    assert first < 5.0  # the target (1.5 s) is checked by benchmarks/dashboard.py; this guards a regression
+    # the first rows do not wait for the 10,000: at most 10 times the first render of 10 jobs (the target,
+    # 1.5 s, is checked by benchmarks/dashboard.py; this guards a regression on any machine)
+    assert first < 10 * first_of_10, (first, first_of_10)
     del PendingReport
 
 
-def _populate(store: Any, n: int) -> None:
-    """``n`` jobs in 7 namespaces, each with one report, written through the store (what ingest does)."""
+def _populate(store: Any, n: int, first: int = 0) -> None:
+    """``n`` jobs (numbered from ``first``) in 7 namespaces, each with one report, written through the store
+    (what ingest does)."""
     from stepwatch.protocol import Identity, Progress, Report
     from stepwatch.server.store import PendingReport
 
@@ -344,10 +355,10 @@ def _populate(store: Any, n: int) -> None:
     jobs = [
         store.register(f"ns-{i % 7}", f"job-{i:05d}", token_hash="-", now=now - 3600, total_steps=10_000,
                        gpus=float(i % 4 + 1), gpu_hour_cost=2.5)
-        for i in range(n)
+        for i in range(first, first + n)
     ]  # fmt: skip
     batch = []
-    for i, job in enumerate(jobs):
+    for i, job in enumerate(jobs, start=first):
         report = Report(
             run_id="r", seq=1, sent_at=now - 5, identity=Identity(rank=0, world_size=1, host="h", pid=1),
             progress=Progress(step=100 + i, total_steps=10_000), metrics=(), state="running",

@@ -125,13 +125,18 @@ def test_the_bar_that_reports_costs_little_more_per_update(monkeypatch: pytest.M
             pass
         return time.perf_counter() - start
 
-    base_update, base_iter = min(manual() for _ in range(5)), min(iterate() for _ in range(5))
-    sw_tqdm.install()
-    try:
-        patched_update, patched_iter = min(manual() for _ in range(5)), min(iterate() for _ in range(5))
-        assert stepwatch.current() is not None  # the bars did report
-    finally:
-        sw_tqdm._uninstall()
+    base: list[tuple[float, float]] = []
+    patched: list[tuple[float, float]] = []
+    for _ in range(5):  # taken in turns, so that a change of the machine's load weighs on both sides
+        base.append((manual(), iterate()))
+        sw_tqdm.install()
+        try:
+            patched.append((manual(), iterate()))
+            assert stepwatch.current() is not None  # the bars did report
+        finally:
+            sw_tqdm._uninstall()
+    base_update, base_iter = (min(times) for times in zip(*base))
+    patched_update, patched_iter = (min(times) for times in zip(*patched))
     # tqdm's update is ~0.2 us and the patched one adds a frame and a weakref call; the bound is loose
     # (a shared 2-core machine read 2.2x once in eight runs) but still fails an update that calls
     # run.step each time (~1.4 us: 7x)

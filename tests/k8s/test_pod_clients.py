@@ -101,6 +101,7 @@ def _on_trainjob(env: dict[str, Any], step: int) -> dict[str, Any] | None:
 def test_kubeflow_sdk_update_trainjob_status_with_a_pod_token(
     pod_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("kubeflow.trainer", reason="the Kubeflow SDK (kubeflow) is not installed")
     from kubeflow.trainer import update_trainjob_status
     from kubeflow.trainer.backends.kubernetes import utils
 
@@ -117,7 +118,9 @@ def test_kubeflow_sdk_update_trainjob_status_with_a_pod_token(
     assert obj["status"]["trainerStatus"]["progressPercentage"] == 25
 
 
+@pytest.mark.slow
 def test_transformers_kubeflow_callback_with_a_pod_token(pod_env: dict[str, Any]) -> None:
+    pytest.importorskip("transformers", minversion="5.4", reason="KubeflowCallback is in transformers >= 5.4")
     from transformers.integrations.integration_utils import KubeflowCallback
     from transformers.trainer_callback import TrainerControl, TrainerState
 

@@ -258,7 +258,8 @@ def test_finish_is_bounded_when_the_server_hangs(flaky: Flaky) -> None:
     delivered = run.finish()
     took = time.monotonic() - t0
     assert delivered is False
-    assert took < 1.0 + 1.5, f"finish() took {took:.2f} s with a 1 s flush timeout"
+    # finish() waits its flush timeout and 0.5 s at most: twice that on a busy machine, never the hang itself
+    assert took < 2 * (1.0 + 0.5), f"finish() took {took:.2f} s with a 1 s flush timeout"
     assert loop.slowest < STEP_BOUND_S
 
 

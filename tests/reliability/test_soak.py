@@ -12,12 +12,13 @@ Checked afterwards:
   its job's history, read back through the API from the last server;
 - **memory flat**: the server's RSS in the second half of each server's life grows by at most
   ``STEPWATCH_SOAK_RSS_GROWTH_MB`` over its first half;
-- **p99 ingest latency** (request written to response read, 200s only) under
-  ``STEPWATCH_SOAK_P99_MS``; also shown in steady state (outside the 10 s after each restart).
+- **p99 ingest latency** (request written to response read, 200s only) under the run's own report
+  interval (a job's report is answered before its next one is due: the server keeps pace), or under
+  ``STEPWATCH_SOAK_P99_MS`` when set; also shown in steady state (outside the 10 s after each restart).
 
 Knobs (read at import, before the autouse fixture clears ``STEPWATCH_*``): ``STEPWATCH_SOAK_JOBS``
 (default 200), ``STEPWATCH_SOAK_SECONDS`` (default 90), ``STEPWATCH_SOAK_INTERVAL`` (2.0),
-``STEPWATCH_SOAK_P99_MS`` (default 1000: CI shares small machines; the issue's target is 100),
+``STEPWATCH_SOAK_P99_MS`` (unset: the interval, for shared machines; the issue's target is 100),
 ``STEPWATCH_SOAK_RSS_GROWTH_MB`` (default 64), ``STEPWATCH_SOAK_RESULT`` (a JSON file for the figures).
 The issue's full figure: ``STEPWATCH_SOAK_JOBS=1000 STEPWATCH_SOAK_SECONDS=600``.
 """
@@ -46,7 +47,7 @@ from stepwatch.protocol import Identity, MetricWindow, Progress, Report
 JOBS = int(os.environ.get("STEPWATCH_SOAK_JOBS", "200"))
 SECONDS = float(os.environ.get("STEPWATCH_SOAK_SECONDS", "90"))
 INTERVAL = float(os.environ.get("STEPWATCH_SOAK_INTERVAL", "2.0"))
-P99_LIMIT_MS = float(os.environ.get("STEPWATCH_SOAK_P99_MS", "1000"))
+P99_LIMIT_MS = float(os.environ.get("STEPWATCH_SOAK_P99_MS") or INTERVAL * 1000)
 RSS_GROWTH_MB = float(os.environ.get("STEPWATCH_SOAK_RSS_GROWTH_MB", "64"))
 RESULT_FILE = os.environ.get("STEPWATCH_SOAK_RESULT", "")
 

@@ -30,6 +30,8 @@ from starlette.applications import Starlette
 from stepwatch.protocol import Identity, MetricWindow, Progress, Report
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import SQLiteStore, Store
+from stepwatch.testing import FakeClock
+from stepwatch.testing._clock import START  # the fake clock's first reading: far from 0, so a 0 shows
 from stepwatch.testing.server import ServerThread
 
 with warnings.catch_warnings():
@@ -37,23 +39,6 @@ with warnings.catch_warnings():
     # the client still works and is what these tests are about.
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
-
-START = 1_800_000_000.0
-"""The fake clock's first reading (2027-01-15): far from 0, so a time of 0 would show."""
-
-
-class FakeClock:
-    """The server's clock, moved by the test: ETA and ages become exact."""
-
-    def __init__(self, start: float = START) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        self.now += seconds
-        return self.now
 
 
 class Api:

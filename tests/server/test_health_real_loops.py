@@ -20,6 +20,8 @@ import pytest
 
 from stepwatch.testing.server import LocalServer
 
+pytestmark = pytest.mark.slow  # real training loops in subprocesses, waiting for verdicts: ~20 s
+
 FLOOR_S = 3.0
 KNOBS = {"standstill_floor_s": FLOOR_S, "stall_floor_s": 2.0, "startup_s": 5.0}
 

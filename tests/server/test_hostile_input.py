@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -161,35 +162,48 @@ def test_a_body_over_the_limit_is_a_413_declared_or_streamed(
     is_error(answer, 413, "body is over the limit of 65536 bytes")
 
 
-def test_the_server_keeps_serving_while_hostile_bodies_arrive(server: tuple[httpx.Client, str]) -> None:
-    client, token = server
+def plain_reports_among(client: httpx.Client, token: str, bodies: tuple[bytes, ...], first_seq: int) -> list[float]:
+    """The seconds each of 20 plain reports took while 4 threads post ``bodies`` without a pause; every
+    flooding body must be refused (413 or 422), every plain report accepted."""
     stop = threading.Event()
     codes: list[int] = []
 
     def flood() -> None:
-        deep = with_nesting(REPORT, ("metrics",), 990, "[")
-        big = b"[" + b"0," * (4 * 1024 * 1024) + b"0]"
         with httpx.Client(base_url=str(client.base_url), timeout=30) as own:
             while not stop.is_set():
-                for content in (deep, big):
+                for content in bodies:
                     codes.append(send(own, "POST", f"{JOB}/reports", token, content).status_code)
 
     floods = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
     for thread in floods:
         thread.start()
+    took = []
     try:
         time.sleep(0.3)
-        slowest = 0.0
-        for seq in range(2, 22):
+        for seq in range(first_seq, first_seq + 20):
             started = time.monotonic()
             report = {**REPORT, "seq": seq, "progress": {"step": seq}}
             answer = client.post(f"{JOB}/reports", json=report, headers={"Authorization": f"Bearer {token}"})
-            slowest = max(slowest, time.monotonic() - started)
+            took.append(time.monotonic() - started)
             assert answer.status_code == 200, answer.text
     finally:
         stop.set()
         for thread in floods:
             thread.join(30)
     assert codes and set(codes) <= {413, 422}, set(codes)
-    assert slowest < 2.0, f"a plain report took {slowest:.2f} s among hostile ones"
-    assert client.get(JOB).json()["progress"]["step"] == 21
+    return took
+
+
+def test_the_server_keeps_serving_while_hostile_bodies_arrive(server: tuple[httpx.Client, str]) -> None:
+    """Plain reports among bodies 990 deep and of 8 MB, against the same among refused bodies of no harm (2
+    deep, just over the size limit), in this run: the same threads, the same refusals, only depth and size
+    differ. Measured: 5-7 times slower (the 8 MB are read and dropped); a server held up by them, 100s of times."""
+    client, token = server
+    harmless = (b'{"metrics": [[]]}', b"[" + b"0," * (LIMITS.max_body_bytes // 2) + b"0]")
+    hostile = (with_nesting(REPORT, ("metrics",), 990, "["), b"[" + b"0," * (4 * 1024 * 1024) + b"0]")
+    baseline = statistics.median(plain_reports_among(client, token, harmless, 2))
+    among = statistics.median(plain_reports_among(client, token, hostile, 22))
+    assert among < 25 * baseline, (
+        f"a plain report took {among * 1000:.0f} ms among hostile bodies, {baseline * 1000:.0f} ms among others"
+    )
+    assert client.get(JOB).json()["progress"]["step"] == 41

@@ -428,7 +428,9 @@ def test_shutdown_gives_up_after_its_timeout(receiver: Receiver, caplog: pytest.
             notifier, took = run(scenario())
     finally:
         release.set()
-    assert 0.3 <= took < 0.3 + 1.0
+    # it waited its 0.3 s, and not for the deliveries: the receiver held every one until `release` (nothing
+    # was delivered), and each was still within its own request timeout, the wait of a shutdown that hung
+    assert 0.3 <= took < FAST.timeout_s, took
     assert (notifier.stats.delivered, notifier.stats.dropped, notifier.stats.pending) == (0, 3, 0)
     assert "3 notification(s) not sent" in caplog.text
 
@@ -524,7 +526,8 @@ def test_the_public_surface_is_sorted_and_complete() -> None:
     names = notify_module.__all__
     # ruff's order (RUF022): CONSTANTS, then Classes, then functions
     assert names == sorted(names, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
-    assert set(names) == {n for n in vars(notify_module) if not n.startswith("_")}
+    # (pytest rewrites the asserts of a package with a pytest11 plugin, stepwatch's: its helpers start with @)
+    assert set(names) == {n for n in vars(notify_module) if not n.startswith(("_", "@"))}
     for name in names:
         value = getattr(notify_module, name)
         assert isinstance(value, (str, tuple)) or value.__doc__, f"{name} has no docstring"

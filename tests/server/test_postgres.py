@@ -320,6 +320,7 @@ def test_a_report_ingested_by_one_replica_is_live_on_another(
             stream.close()
 
 
+@pytest.mark.slow
 def test_the_server_runs_on_a_postgresql_url(database: Any, tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

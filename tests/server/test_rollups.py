@@ -65,6 +65,7 @@ def summary(points: list[dict[str, Any]]) -> tuple[Any, ...]:
     )
 
 
+@pytest.mark.slow
 def test_ingest_keeps_roll_ups_and_a_read_of_a_long_series_reads_few_rows(
     store: Store, database: Any, report: Callable[..., Report]
 ) -> None:

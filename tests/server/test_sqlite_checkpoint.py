@@ -5,13 +5,12 @@ bounded. Real SQLite files, real threads."""
 from __future__ import annotations
 
 import sqlite3
+import statistics
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from stepwatch.protocol import Report
 from stepwatch.server.store import IngestResult, PendingReport, SQLiteStore
@@ -51,9 +50,9 @@ def test_the_store_copies_its_log_in_a_thread_and_the_writer_never_does(db_path:
     assert store._checkpointer._thread is None
 
 
-@pytest.mark.parametrize("restart", [True, False])
-def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path: Path, restart: bool) -> None:
-    path = tmp_path / "busy.db"
+def write_without_a_pause(path: Path, seconds: float, restart_frames: int) -> tuple[int, int, WalCheckpointer]:
+    """Commit one row after the other for ``seconds`` (and until 5 copies were made) while a checkpointer
+    copies the log every 20 ms; the commits made, the log's longest length in frames, and the checkpointer."""
     writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     writer.execute("PRAGMA journal_mode=WAL")
     writer.execute("PRAGMA wal_autocheckpoint=0")  # only the thread copies
@@ -64,12 +63,10 @@ def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path
         return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
 
     lock = threading.Lock()  # the store's write lock
-    checkpointer = WalCheckpointer(
-        connect, pause_writers=lambda: lock, every_s=0.02, restart_frames=200 if restart else 10**9
-    )
+    checkpointer = WalCheckpointer(connect, pause_writers=lambda: lock, every_s=0.02, restart_frames=restart_frames)
     checkpointer.start()
     commits = 0
-    deadline = time.monotonic() + 1.5
+    deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline or checkpointer.copies < 5:  # one commit after the other
             with lock:
@@ -77,14 +74,28 @@ def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path
             commits += 1
     finally:
         checkpointer.close()
-    longest = (path.parent / "busy.db-wal").stat().st_size // (24 + 4096)  # the file keeps its longest size
-    if restart:
-        assert checkpointer.restarts >= 1
-        assert longest < commits / 4  # every commit appends a frame: the log was started again, many times
-    else:  # without the restart the log only grows (what the restart is for)
-        assert checkpointer.restarts == 0 and longest >= commits
+    longest = Path(f"{path}-wal").stat().st_size // (24 + 4096)  # the file keeps its longest size
     assert writer.execute("SELECT count(*) FROM t").fetchone() == (commits,)
     writer.close()
+    return commits, longest, checkpointer
+
+
+def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path: Path) -> None:
+    """Frames per commit at the log's longest, with the restart and without it (the baseline, in this run).
+
+    Without the restart the log only grows (what the restart is for): every commit adds its frames. With it
+    the log is started again every 200 frames or so, unless the copying thread is kept waiting (a loaded
+    machine, the writer taking the lock back at once): one such wait makes the longest log, so the test takes
+    the median of three tries, and a third of the baseline as its bound (measured: a tenth, a third at worst)."""
+    commits, longest, checkpointer = write_without_a_pause(tmp_path / "grows.db", 1.0, restart_frames=10**9)
+    assert checkpointer.restarts == 0 and longest >= commits
+    baseline = longest / commits
+    ratios = []
+    for attempt in range(3):
+        commits, longest, checkpointer = write_without_a_pause(tmp_path / f"busy-{attempt}.db", 1.0, 200)
+        assert checkpointer.restarts >= 1
+        ratios.append(longest / commits)
+    assert statistics.median(ratios) < baseline / 3, (ratios, baseline)
 
 
 def test_close_stops_the_thread_at_once(tmp_path: Path) -> None:
@@ -94,4 +105,4 @@ def test_close_stops_the_thread_at_once(tmp_path: Path) -> None:
     assert thread is not None and thread.is_alive()
     started = time.monotonic()
     checkpointer.close()
-    assert not thread.is_alive() and time.monotonic() - started < 5.0
+    assert not thread.is_alive() and time.monotonic() - started < checkpointer.every_s / 6  # not after its wait

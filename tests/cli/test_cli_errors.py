@@ -28,7 +28,7 @@ from stepwatch.client import Client
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.testing.server import ServerThread
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 _namespaces = itertools.count(1)
 
 

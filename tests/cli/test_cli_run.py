@@ -16,7 +16,7 @@ import pytest
 
 from stepwatch.cli.run import job_name_for
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def free_port() -> int:
@@ -257,6 +257,7 @@ def test_a_budget_without_gpus_says_the_cost_is_unknown(server: str) -> None:
     assert done.returncode == 0 and "is unknown" not in done.stderr
 
 
+@pytest.mark.slow
 def test_the_background_server_runs_on_and_server_stop_ends_it(tmp_path: Path) -> None:
     """`stepwatch run` at a local URL nobody answers starts a server that outlives the job; `server stop` ends it."""
     url = f"http://127.0.0.1:{free_port()}"
@@ -362,6 +363,7 @@ def test_a_policy_checkpoints_and_stops_a_diverging_job(server: str, tmp_path: P
     assert "grace period over" not in done.stderr  # it stopped by itself
 
 
+@pytest.mark.slow
 def test_a_job_that_ignores_sigterm_is_killed_after_kill_after(server: str) -> None:
     """The runner gets SIGTERM (a service manager, a cluster stopping it); the job ignores it: the runner
     SIGKILLs the job's group --kill-after seconds later instead of waiting for it without limit."""
