@@ -16,15 +16,29 @@ from __future__ import annotations
 import abc
 import json
 import uuid
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from ...protocol import Command, GpuReading
 from .access import AUDIT_COLUMNS, TOKEN_COLUMNS, ApiToken, AuditEntry, audit_from_row, audit_where, token_from_row
-from .base import FINAL_STATES, Event, Job, JobFilter, JobState, RankState, Store, StoreError, health_change_is_event
+from .base import (
+    FINAL_STATES,
+    Compaction,
+    Event,
+    Job,
+    JobFilter,
+    JobState,
+    RankState,
+    Store,
+    StoreError,
+    health_change_is_event,
+)
 from .health_history import next_history
 from .replica_cache import ReplicaCache
+from .retention import run_pass
+from .rollups import Connection
 from .rows import column_value
 
 __all__ = ["SqlStore"]
@@ -77,6 +91,10 @@ class SqlStore(Store):
         if sink is not None:
             sink.append(event)
         return event
+
+    @abc.abstractmethod
+    def _retention_tx(self, job_id: int | None) -> AbstractContextManager[Connection]:
+        """A write transaction on a ``?`` connection, the job's row locked where one is named."""
 
     # -------------------------------------------------------------------------------------- jobs
 
@@ -327,6 +345,14 @@ class SqlStore(Store):
             (*args, limit),
         )
         return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
+
+    # --------------------------------------------------------------------------------- retention
+
+    def compact(
+        self, before: float | None, quotas: Mapping[str, int] | None = None, budget: int = 20_000
+    ) -> Compaction:
+        """One bounded retention pass (see :mod:`.retention`)."""
+        return run_pass(self._retention_tx, before, quotas, budget)
 
     # ------------------------------------------------------------------------ access (tokens, audit)
 
