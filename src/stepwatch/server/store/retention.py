@@ -33,7 +33,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 from .base import Compaction
-from .rollups import KEEP_LEVEL, Connection, fold
+from .rollups import KEEP_LEVEL, METRICS_SQL, fold
+from .sql_dialect import Connection
 
 __all__ = ["LONG_SERIES", "Transaction", "compact_reports", "compact_series", "run_pass", "series_of"]
 
@@ -43,14 +44,8 @@ of a job reporting every 2 s): a shorter one keeps them, so its chart keeps its 
 
 
 def series_of(conn: Connection, job_id: int) -> list[str]:
-    """The metrics of a job with raw windows (a skip-scan of the index: one seek per metric)."""
-    found = conn.execute(
-        "WITH RECURSIVE names (metric) AS (SELECT MIN(metric) FROM points WHERE job_id = ? UNION ALL "
-        "SELECT (SELECT MIN(metric) FROM points WHERE job_id = ? AND metric > names.metric) FROM names "
-        "WHERE names.metric IS NOT NULL) SELECT metric FROM names WHERE metric IS NOT NULL",
-        (job_id, job_id),
-    )
-    return [r[0] for r in found]
+    """The metrics of a job with raw windows."""
+    return [r[0] for r in conn.execute(METRICS_SQL, (job_id, job_id))]
 
 
 def _bound(conn: Connection, job_id: int, metric: str, level: int, before: float | None) -> int:

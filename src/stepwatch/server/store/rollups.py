@@ -27,20 +27,20 @@ reads fall back to every window. ``VACUUM`` may renumber the rowids of ``points`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import pairwise
-from typing import Any, Protocol
+from typing import Any
 
 from ..analysis import downsample_columns
 from .base import SeriesColumns
 from .rows import load_float, store_float
+from .sql_dialect import Connection
 
 __all__ = [
     "FANOUT",
     "FOLD_CHUNK",
     "KEEP_LEVEL",
     "LEVELS",
-    "Connection",
+    "METRICS_SQL",
     "NeedsFold",
     "compacted_floor",
     "fold",
@@ -66,17 +66,13 @@ windows) it compacts, so a series' history may start at any level up to this one
 
 _COLUMNS = "step, t, last, min, max, mean, count, nonfinite"
 
-
-class _Cursor(Protocol):
-    def fetchone(self) -> Any: ...
-    def fetchall(self) -> list[Any]: ...
-    def __iter__(self) -> Iterator[Any]: ...
-
-
-class Connection(Protocol):
-    """What the roll-ups need of a connection: ``execute`` with ``?`` placeholders (``sqlite3`` has it)."""
-
-    def execute(self, sql: str, parameters: Any = ..., /) -> _Cursor: ...
+METRICS_SQL = (
+    "WITH RECURSIVE names (metric) AS (SELECT MIN(metric) FROM points WHERE job_id = ? UNION ALL "
+    "SELECT (SELECT MIN(metric) FROM points WHERE job_id = ? AND metric > names.metric) FROM names "
+    "WHERE names.metric IS NOT NULL) SELECT metric FROM names WHERE metric IS NOT NULL"
+)
+"""The metrics a job has raw windows of, sorted (arguments: the job's id, twice): a skip-scan of the
+``(job_id, metric)`` index, one seek per metric however long the series."""
 
 
 def fold(conn: Connection, job_id: int, metric: str, limit: int | None = FOLD_CHUNK) -> int:
