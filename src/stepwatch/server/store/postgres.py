@@ -1,7 +1,7 @@
 """The PostgreSQL store: the same records and semantics as the SQLite one, for several replicas.
 
 ``PostgresStore("postgresql://user@host/db")`` opens a small pool of connections (``psycopg_pool``)
-and migrates the schema (:mod:`.postgres_schema`). Reads take a pooled connection in autocommit
+and migrates the schema (:mod:`.migrations`). Reads take a pooled connection in autocommit
 mode; writes run one transaction at a time per process (as in SQLite: batches make that cheap) and
 may run in several processes at once, so every write locks what it changes in the database:
 
@@ -13,6 +13,10 @@ may run in several processes at once, so every write locks what it changes in th
 
 A report's writes (the report row, its rank, its windows) are one statement; the job's row is
 written once per batch. Non-finite floats are PostgreSQL's own (NaN stays NaN, never NULL).
+
+The names replicas share (notification channels, advisory locks: :func:`channel`, :func:`lock_key`)
+are per schema: two stores on one database but in different schemas (tests, or two installations)
+never hear each other's notifications nor wait on each other's locks.
 
 **The cache.** Like the SQLite store, this one keeps recent jobs in memory (:class:`.JobCache`). Other
 replicas write the same rows, so each write transaction also notifies (``pg_notify``, delivered at
@@ -27,6 +31,7 @@ written, in :mod:`.postgres_ingest`; what a report changes in its job's row, onc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -38,19 +43,30 @@ from psycopg import conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import StoreError
+from .migrations import SCHEMA_VERSION, plan, postgres_version
 from .postgres_ingest import PostgresIngest
 from .postgres_notify import Listener
-from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, channel, lock_key
 from .replica_cache import changes_payload
 from .rollups import FANOUT
 from .sql_access import SqlAccess
 from .sql_dialect import POSTGRES, Connection, QmarkConnection
 from .sql_history import SqlHistory
 
-__all__ = ["PostgresStore", "redacted"]
+__all__ = ["PostgresStore", "channel", "lock_key", "redacted"]
 
 _NOTIFY_LIMIT = 7000
 """Bytes of a notification's payload this store sends at most (PostgreSQL's limit is 8,000)."""
+
+
+def channel(schema: str, purpose: str) -> str:
+    """The ``LISTEN`` channel of a schema for ``purpose`` (``jobs``, ``live``): short and quotable."""
+    return f"stepwatch_{purpose}_{hashlib.blake2b(schema.encode(), digest_size=6).hexdigest()}"
+
+
+def lock_key(schema: str, purpose: str) -> int:
+    """A transaction advisory lock's key for ``purpose`` in a schema (a signed 64-bit integer)."""
+    digest = hashlib.blake2b(f"stepwatch:{schema}:{purpose}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def redacted(url: str) -> str:
@@ -125,22 +141,24 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
         return psycopg.connect(self.url, autocommit=True, connect_timeout=self._connect_timeout)
 
     def _migrate(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """Bring the schema to :data:`SCHEMA_VERSION`, one transaction, under a lock (replicas start together)."""
+        """Bring the schema to :data:`.SCHEMA_VERSION` (see :mod:`.migrations`), one transaction, under a lock
+        (replicas start together)."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.schema, "migrate"),))
             conn.execute("CREATE TABLE IF NOT EXISTS stepwatch_schema (version INTEGER NOT NULL)")
             row = conn.execute("SELECT version FROM stepwatch_schema").fetchone()
-            version = 0 if row is None else int(row[0])
+            version = 0 if row is None else postgres_version(int(row[0]))
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"the database {self.where} has schema version {version}, newer than this server's "
                     f"{SCHEMA_VERSION}: upgrade stepwatch"
                 )
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                conn.execute(MIGRATIONS[target])
+            for _, statements in plan("postgres", version):
+                for sql in statements:
+                    conn.execute(sql)
             if row is None:
                 conn.execute("INSERT INTO stepwatch_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
-            elif version < SCHEMA_VERSION:
+            elif version < SCHEMA_VERSION:  # (an old number of a current schema is left as it is)
                 conn.execute("UPDATE stepwatch_schema SET version = %s", (SCHEMA_VERSION,))
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -4,8 +4,8 @@ Writes go through one connection guarded by a lock (SQLite has one writer anyway
 here turns "database is locked" into waiting); each reading thread has its own connection, and WAL
 lets reads proceed while a write is in progress. ``synchronous=NORMAL`` with WAL keeps every
 committed transaction across a crash of the server process (SIGKILL included): an acknowledged
-report is never lost. The schema carries its version in ``PRAGMA user_version``; migrations only
-add, so an upgrade never loses data.
+report is never lost. The schema carries its version in ``PRAGMA user_version`` (:mod:`.migrations`:
+the schema and its versions are declared once for both stores); no upgrade loses data.
 
 One server process serves the file (several processes scale out on PostgreSQL instead). Other
 programs may still write it now and then (``stepwatch db`` commands, ``stepwatch token create --db``,
@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from .base import StoreError
+from .migrations import SCHEMA_VERSION, plan
 from .sql_access import SqlAccess
 from .sql_dialect import SQLITE
 from .sql_history import SqlHistory
 from .sqlite_checkpoint import FALLBACK_PAGES, WalCheckpointer
 from .sqlite_files import prepare_database_path
 from .sqlite_ingest import SQLiteIngest, WouldWait
-from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["SQLiteStore"]
 
@@ -178,6 +178,7 @@ class SQLiteStore(SQLiteIngest, SqlHistory, SqlAccess):
             raise StoreError(f"the database cannot be read: {exc}") from None
 
     def _migrate(self) -> None:
+        """Bring the schema to :data:`.SCHEMA_VERSION`, a transaction per version (see :mod:`.migrations`)."""
         (version,) = self._writer.execute("PRAGMA user_version").fetchone()
         if version > SCHEMA_VERSION:
             self.close()
@@ -185,9 +186,10 @@ class SQLiteStore(SQLiteIngest, SqlHistory, SqlAccess):
                 f"the database {self.path} has schema version {version}, newer than this stepwatch's "
                 f"{SCHEMA_VERSION}: upgrade stepwatch (an older one cannot read it)"
             )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            with self._write_lock:
-                self._writer.executescript(f"BEGIN; {MIGRATIONS[target]} PRAGMA user_version = {target}; COMMIT;")
+        with self._write_lock:
+            for target, statements in plan("sqlite", version):
+                script = "".join(f"{sql};\n" for sql in statements)
+                self._writer.executescript(f"BEGIN;\n{script}PRAGMA user_version = {target};\nCOMMIT;")
 
     def close(self) -> None:
         """Close every connection, once the reads and writes under way are done (at most 5 s)."""
