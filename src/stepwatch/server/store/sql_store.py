@@ -62,7 +62,8 @@ PENDING_SQL = "SELECT id, kind, reason FROM commands WHERE job_id = ? AND acked_
 
 
 class SqlStore(Store):
-    """The shared half of the SQLite and PostgreSQL stores (see the module docstring)."""
+    """The core both SQL stores share: jobs, a job's row, commands, policies, events (see the module
+    docstring)."""
 
     dialect: ClassVar[Dialect]
     """What differs in this backend's SQL."""
