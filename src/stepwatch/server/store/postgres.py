@@ -153,7 +153,7 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
                     f"the database {self.where} has schema version {version}, newer than this server's "
                     f"{SCHEMA_VERSION}: upgrade stepwatch"
                 )
-            for _, statements in plan("postgres", version):
+            for _, statements in plan(self.dialect.name, version):
                 for sql in statements:
                     conn.execute(sql)
             if row is None:

@@ -187,7 +187,7 @@ class SQLiteStore(SQLiteIngest, SqlHistory, SqlAccess):
                 f"{SCHEMA_VERSION}: upgrade stepwatch (an older one cannot read it)"
             )
         with self._write_lock:
-            for target, statements in plan("sqlite", version):
+            for target, statements in plan(self.dialect.name, version):
                 script = "".join(f"{sql};\n" for sql in statements)
                 self._writer.executescript(f"BEGIN;\n{script}PRAGMA user_version = {target};\nCOMMIT;")
 
