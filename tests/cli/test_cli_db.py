@@ -15,7 +15,7 @@ pytest.importorskip("starlette")
 from stepwatch.cli import main
 from stepwatch.server.history import downsampled
 from stepwatch.server.store import SQLiteStore, StoreError
-from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION
+from stepwatch.server.store.migrations import SCHEMA_VERSION
 
 
 def make_db(path: Path, jobs: int = 2, windows: int = 3000) -> list[int]:

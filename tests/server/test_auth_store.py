@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import legacy_schemas
 import pytest
 
 from stepwatch.server.auth import mint_token
 from stepwatch.server.routes.common import hash_token
 from stepwatch.server.store import AuditEntry, SQLiteStore, Store
-from stepwatch.server.store.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
-from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
+from stepwatch.server.store.migrations import SCHEMA_VERSION
 
 
 def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -88,7 +88,7 @@ def test_a_version_3_sqlite_database_gains_tokens_and_audit_and_keeps_its_data(t
     path = tmp_path / "v3.db"
     with sqlite3.connect(path) as conn:  # what the release before access control left behind
         for version in (1, 2, 3):
-            conn.executescript(SQLITE_MIGRATIONS[version])
+            conn.executescript(legacy_schemas.SQLITE[version])
         conn.execute("PRAGMA user_version = 3")
         conn.execute(
             "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at, step) "
@@ -109,4 +109,4 @@ def test_a_version_3_sqlite_database_gains_tokens_and_audit_and_keeps_its_data(t
     finally:
         store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SQLITE_SCHEMA_VERSION,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from legacy_schemas import POSTGRES as MIGRATIONS
 
 from stepwatch.protocol import Report
 from stepwatch.server import ServerSettings, create_app
@@ -26,8 +27,8 @@ from stepwatch.server.store import Store, StoreError
 
 psycopg = pytest.importorskip("psycopg")
 
+from stepwatch.server.store.migrations import SCHEMA_VERSION  # noqa: E402
 from stepwatch.server.store.postgres import PostgresStore  # noqa: E402
-from stepwatch.server.store.postgres_schema import MIGRATIONS, SCHEMA_VERSION  # noqa: E402
 
 MakeReport = Callable[..., dict[str, Any]]
 
@@ -79,7 +80,9 @@ def test_an_empty_database_is_migrated_to_the_current_version(fresh_url: str) ->
     again.close()
 
 
-def test_a_database_at_version_1_is_upgraded_and_keeps_its_data(fresh_url: str, report: Callable[..., Report]) -> None:
+def test_a_database_at_its_own_version_1_is_upgraded_and_keeps_its_data(
+    fresh_url: str, report: Callable[..., Report]
+) -> None:
     with psycopg.connect(fresh_url) as conn:  # what the first release of this store left behind
         conn.execute(MIGRATIONS[1])
         conn.execute("CREATE TABLE stepwatch_schema (version INTEGER NOT NULL)")
@@ -110,7 +113,7 @@ def test_a_database_at_version_1_is_upgraded_and_keeps_its_data(fresh_url: str, 
         store.close()
 
 
-def test_a_database_at_version_2_gains_tokens_and_audit_and_keeps_its_data(fresh_url: str) -> None:
+def test_a_database_at_its_own_version_2_gains_tokens_and_audit_and_keeps_its_data(fresh_url: str) -> None:
     from stepwatch.server.store import AuditEntry
 
     with psycopg.connect(fresh_url) as conn:  # what the release before access control left behind

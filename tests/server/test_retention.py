@@ -16,8 +16,7 @@ from stepwatch.server.history import downsampled
 from stepwatch.server.retention import compact_now
 from stepwatch.server.settings import ServerSettings
 from stepwatch.server.store import PendingReport, Store, retention
-from stepwatch.server.store.retention import compacted_floor
-from stepwatch.server.store.rollups import FANOUT
+from stepwatch.server.store.rollups import FANOUT, compacted_floor
 
 pytestmark = pytest.mark.both_stores
 

@@ -1,6 +1,7 @@
-"""Upgrades: a database made at every schema version this code has had (built from the migration
-scripts themselves, with rows in every table of that version) opens with nothing lost, on SQLite and
-on PostgreSQL; its history can be compacted afterwards; a database newer than the code is refused."""
+"""Upgrades: a database made at every schema version either store has had (built from the scripts those
+releases ran, ``legacy_schemas.py``, with rows in every table of that version) opens with nothing
+lost, on SQLite and on PostgreSQL; its history can be compacted afterwards; a database newer than the
+code is refused. That the upgraded schema is the new one is ``test_schema.py``'s."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from legacy_schemas import OldDatabase, newest
 
 from stepwatch.server.history import downsampled
-from stepwatch.server.store import SQLiteStore, Store, StoreError
-from stepwatch.server.store import sqlite_schema as sqlite_versions
+from stepwatch.server.store import StoreError
+from stepwatch.server.store.migrations import SCHEMA_VERSION, postgres_version
 
 pytestmark = pytest.mark.both_stores
 
 WINDOWS = 2000
 
-# the first schema version of each backend with these tables or columns
+# the first version of each backend's own numbering with these tables or columns
 FEATURES = {
     "sqlite": {"health": 2, "policies": 3, "tokens": 4},
     "postgres": {"health": 1, "policies": 1, "tokens": 3},
@@ -29,70 +31,9 @@ WRITE_LOG = range(5, 8)
 """The SQLite versions with a write log (what the workers of the removed ``--workers`` read of each other)."""
 
 
-def _postgres_versions() -> Any:
-    from stepwatch.server.store import postgres_schema
-
-    return postgres_schema
-
-
-def versions(backend: str) -> range:
-    schema = sqlite_versions if backend == "sqlite" else _postgres_versions()
-    return range(1, schema.SCHEMA_VERSION + 1)
-
-
-class OldDatabase:
-    """A database at one schema version, written with plain SQL as that version's server would have."""
-
-    def __init__(self, backend: str, tmp_path: Path, postgres_schemas: Any) -> None:
-        self.backend = backend
-        if backend == "sqlite":
-            self.path = tmp_path / "old.db"
-            self.url = ""
-        else:
-            if postgres_schemas.admin is None:
-                pytest.skip(postgres_schemas.problem)
-            self.url = str(postgres_schemas.url(postgres_schemas.fresh()))
-
-    def migrate_to(self, version: int) -> None:
-        if self.backend == "sqlite":
-            with sqlite3.connect(self.path) as conn:
-                for v in range(1, version + 1):
-                    conn.executescript(f"BEGIN; {sqlite_versions.MIGRATIONS[v]} PRAGMA user_version = {v}; COMMIT;")
-            return
-        import psycopg
-
-        schema = _postgres_versions()
-        with psycopg.connect(self.url) as conn:
-            for v in range(1, version + 1):
-                conn.execute(schema.MIGRATIONS[v])
-            conn.execute("CREATE TABLE stepwatch_schema (version INTEGER NOT NULL)")
-            conn.execute("INSERT INTO stepwatch_schema (version) VALUES (%s)", (version,))
-
-    def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        if self.backend == "sqlite":
-            with sqlite3.connect(self.path) as conn:
-                conn.executemany(sql, rows)
-            return
-        import psycopg
-
-        with psycopg.connect(self.url) as conn:
-            conn.cursor().executemany(sql.replace("?", "%s"), rows)
-
-    def version(self) -> int:
-        if self.backend == "sqlite":
-            with sqlite3.connect(self.path) as conn:
-                return int(conn.execute("PRAGMA user_version").fetchone()[0])
-        import psycopg
-
-        with psycopg.connect(self.url) as conn:
-            return int(conn.execute("SELECT version FROM stepwatch_schema").fetchone()[0])  # type: ignore[index]
-
-    def open(self) -> Store:
-        if self.backend == "sqlite":
-            return SQLiteStore(self.path)
-        from stepwatch.server.store.postgres import PostgresStore
-
-        return PostgresStore(self.url)
+def shared_version(db: OldDatabase) -> int:
+    """The version the database is at, in the numbering both stores share."""
+    return postgres_version(db.version()) if db.backend == "postgres" else db.version()
 
 
 def loss(i: int) -> float:
@@ -158,20 +99,24 @@ def fill(db: OldDatabase, version: int) -> None:
 
 @pytest.fixture
 def old(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> OldDatabase:
-    schemas = request.getfixturevalue("postgres_schemas") if backend == "postgres" else None
-    return OldDatabase(backend, tmp_path, schemas)
+    if backend == "sqlite":
+        return OldDatabase("sqlite", tmp_path / "old.db")
+    schemas = request.getfixturevalue("postgres_schemas")
+    if schemas.admin is None:
+        pytest.skip(schemas.problem)
+    return OldDatabase("postgres", tmp_path / "unused.db", str(schemas.url(schemas.fresh())))
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_a_database_of_every_earlier_version_is_upgraded_with_nothing_lost(old: OldDatabase, version: int) -> None:
-    if version not in versions(old.backend):
-        pytest.skip(f"{old.backend} has no schema version {version}")
+    if version > newest(old.backend):
+        pytest.skip(f"{old.backend} had no schema version {version} of its own")
     old.migrate_to(version)
     fill(old, version)
     has = {k: version >= v for k, v in FEATURES[old.backend].items()}
     store = old.open()
     try:
-        assert old.version() == versions(old.backend)[-1]
+        assert shared_version(old) == SCHEMA_VERSION
         job = store.job("nlp", "old")
         assert job is not None and job.state == "running" and job.step == WINDOWS and job.total_steps == 2 * WINDOWS
         assert job.params == {"lr": 0.1} and job.gpus == 8.0 and job.gpu_hour_cost == 2.5
@@ -210,7 +155,8 @@ def test_a_database_of_every_earlier_version_is_upgraded_with_nothing_lost(old: 
 
 def test_the_write_log_of_version_7_is_dropped_and_every_other_row_kept(old: OldDatabase) -> None:
     """8 drops the write log of the removed ``--workers`` (SQLite only): the one migration that is not an
-    addition, so every other table is compared row for row across it."""
+    addition, so every other table is compared row for row across it (its version 7 was built with the
+    scripts of that release, legacy_schemas.SQLITE)."""
     if old.backend != "sqlite":
         pytest.skip("PostgreSQL never had a write log")
     old.migrate_to(7)
@@ -232,15 +178,14 @@ def test_the_write_log_of_version_7_is_dropped_and_every_other_row_kept(old: Old
 
 
 def test_a_database_newer_than_the_code_is_refused_by_name(old: OldDatabase) -> None:
-    newest = versions(old.backend)[-1]
-    old.migrate_to(newest)
+    old.migrate_to(newest(old.backend))
     if old.backend == "sqlite":
         with sqlite3.connect(old.path) as conn:
-            conn.execute(f"PRAGMA user_version = {newest + 1}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     else:
-        old.executemany("UPDATE stepwatch_schema SET version = ?", [(newest + 1,)])
+        old.executemany("UPDATE stepwatch_schema SET version = ?", [(SCHEMA_VERSION + 1,)])
     with pytest.raises(
-        StoreError, match=rf"schema version {newest + 1}, newer than this .*{newest}: upgrade stepwatch"
+        StoreError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than this .*{SCHEMA_VERSION}: upgrade stepwatch"
     ):
         old.open()
 
@@ -248,13 +193,12 @@ def test_a_database_newer_than_the_code_is_refused_by_name(old: OldDatabase) -> 
 def test_db_stats_reads_either_database(old: OldDatabase, capsys: pytest.CaptureFixture[str]) -> None:
     from stepwatch.cli import main  # (the CLI reads the database as an operator would)
 
-    newest = versions(old.backend)[-1]
-    old.migrate_to(newest)
-    fill(old, newest)
+    old.migrate_to(newest(old.backend))
+    fill(old, newest(old.backend))
     where = ["--db", str(old.path)] if old.backend == "sqlite" else ["--database-url", old.url]
     assert main(["db", "stats", *where, "-o", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["schema_version"] == data["code_schema_version"] == newest
+    assert data["schema_version"] == data["code_schema_version"] == SCHEMA_VERSION  # PostgreSQL's 5 is read as 8
     tables = {t["name"]: t for t in data["tables"]}
     assert tables["points"]["rows"] == WINDOWS and tables["points"]["bytes"] > 0
     assert [(n["namespace"], n["jobs"], n["windows"]) for n in data["namespaces"]] == [("nlp", 1, WINDOWS)]

@@ -10,13 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import legacy_schemas
 import pytest
 
 from stepwatch.protocol import Report
 from stepwatch.server.history import downsampled
 from stepwatch.server.store import PendingReport, SQLiteStore, Store
+from stepwatch.server.store.migrations import SCHEMA_VERSION
 from stepwatch.server.store.rollups import FANOUT
-from stepwatch.server.store.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 pytestmark = pytest.mark.both_stores
 
@@ -128,7 +129,7 @@ def test_level_two_serves_very_long_series(store: Any, database: Any) -> None:
 def test_an_older_database_is_upgraded_and_its_history_kept(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     with sqlite3.connect(path) as conn:
-        conn.executescript(f"BEGIN; {MIGRATIONS[1]} PRAGMA user_version = 1; COMMIT;")
+        conn.executescript(f"BEGIN; {legacy_schemas.SQLITE[1]} PRAGMA user_version = 1; COMMIT;")
         conn.execute(
             "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at) "
             "VALUES ('ns', 'a', 1, 'h', 'running', 0, 0)"

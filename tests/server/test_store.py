@@ -25,7 +25,7 @@ import pytest
 from stepwatch.protocol import Report, TrainerStatus
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import IngestResult, JobFilter, PendingReport, SQLiteStore, Store, StoreError
-from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION
+from stepwatch.server.store.migrations import SCHEMA_VERSION
 
 MakeReport = Callable[..., dict[str, Any]]
 pytestmark = pytest.mark.both_stores

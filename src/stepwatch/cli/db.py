@@ -130,7 +130,7 @@ def _compact(args: argparse.Namespace, settings: Any) -> int:
     from ..server.app import open_store
     from ..server.retention import DAY_S, PASS_BUDGET
     from ..server.settings import SERVER_SETTINGS
-    from ..server.store.retention import Compaction
+    from ..server.store import Compaction
 
     days = args.days if args.days is not None else settings.retention_days
     if days is not None and not (math.isfinite(days) and days > 0):

@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .settings import ServerSettings
-from .store import Store
-from .store.retention import Compaction
+from .store import Compaction, Store
 
 __all__ = ["DAY_S", "PASS_BUDGET", "compact_now", "start", "sweep_forever"]
 

@@ -92,7 +92,7 @@ def progress_percent(job: Job) -> float | None:
     from steps, else epochs, else 100 for a finished job that never said how far it got.
 
     An ended job keeps its real progress (a script that exits at step 199 of 400 ended at 49.75 %,
-    whatever its state). The stores' ``PROGRESS_SQL`` (the sort and filter by progress) is the same rule.
+    whatever its state). The stores' ``Dialect.progress`` (the sort and filter by progress) is the same rule.
     """
     if job.reported_progress is not None:
         return float(job.reported_progress)

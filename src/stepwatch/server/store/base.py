@@ -11,22 +11,18 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, GpuReading, MetricWindow, Report, TrainerStatus
 from .access import ApiToken, AuditEntry
-from .retention import Compaction, run_pass
-
-if TYPE_CHECKING:
-    from .rollups import Connection
 
 __all__ = [
     "HEALTH_STATES",
     "JOB_STATES",
     "SORT_KEYS",
     "ChangeListener",
+    "Compaction",
     "Event",
     "IngestResult",
     "Job",
@@ -245,6 +241,40 @@ class Event:
     kind: str
     message: str
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Compaction:
+    """What one retention pass (or a run of them) deleted (see :meth:`Store.compact`)."""
+
+    windows: int = 0
+    """Raw windows deleted."""
+    rollups: int = 0
+    """Level-1 roll-up rows deleted (level 2 keeps what they held)."""
+    reports: int = 0
+    """Progress reports deleted."""
+    series: int = 0
+    """Series compacted."""
+    more: bool = False
+    """The budget ran out: there is more to compact."""
+    namespaces_over_quota: list[str] = field(default_factory=list)
+    """Namespaces found over their quota of raw windows."""
+
+    def add(self, other: Compaction) -> None:
+        """Fold another pass's counts into this one."""
+        self.windows += other.windows
+        self.rollups += other.rollups
+        self.reports += other.reports
+        self.series += other.series
+        self.more = other.more
+        for ns in other.namespaces_over_quota:
+            if ns not in self.namespaces_over_quota:
+                self.namespaces_over_quota.append(ns)
+
+    @property
+    def deleted(self) -> int:
+        """Rows deleted in all."""
+        return self.windows + self.rollups + self.reports
 
 
 ChangeListener = Callable[[frozenset[int] | None], None]
@@ -500,17 +530,13 @@ class Store(abc.ABC):
         """Audit entries after an id, oldest first: of these namespaces (``None``: any), of job ``name``,
         with or without the server-wide ones."""
 
+    @abc.abstractmethod
     def compact(
         self, before: float | None, quotas: Mapping[str, int] | None = None, budget: int = 20_000
     ) -> Compaction:
         """One bounded retention pass (see :mod:`.retention`): raw windows (and level-1 roll-up rows)
         whose roll-ups ended before ``before``, then the oldest raw windows of namespaces over their
         quota (``"*"``: every namespace), at most ``budget`` rows deleted; call again while ``more``."""
-        return run_pass(self._retention_tx, before, quotas, budget)
-
-    def _retention_tx(self, job_id: int | None) -> AbstractContextManager[Connection]:
-        """A write transaction on a ``?`` connection, the job's row locked where one is named."""
-        raise NotImplementedError(f"{type(self).__name__} has no retention")
 
     @abc.abstractmethod
     def close(self) -> None:

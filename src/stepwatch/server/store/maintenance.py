@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .base import StoreError
-from .sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
+from .migrations import SCHEMA_VERSION, postgres_version
 
 __all__ = [
     "DatabaseStats",
@@ -124,7 +124,7 @@ def sqlite_stats(path: str) -> DatabaseStats:
             "sqlite",
             path,
             int(version),
-            SQLITE_SCHEMA_VERSION,
+            SCHEMA_VERSION,
             int(page_size * pages),
             tables,
             _namespaces(lambda sql: conn.execute(sql).fetchall(), tables),
@@ -138,8 +138,6 @@ def sqlite_stats(path: str) -> DatabaseStats:
 def postgres_stats(url: str, where: str) -> DatabaseStats:
     """Counts and sizes of stepwatch's tables in a PostgreSQL schema."""
     import psycopg
-
-    from .postgres_schema import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
 
     try:
         with psycopg.connect(url, connect_timeout=10) as conn:
@@ -164,8 +162,8 @@ def postgres_stats(url: str, where: str) -> DatabaseStats:
     return DatabaseStats(
         "postgresql",
         where,
-        int(row[0]) if row else 0,
-        POSTGRES_SCHEMA_VERSION,
+        postgres_version(int(row[0])) if row else 0,
+        SCHEMA_VERSION,
         sum(t.bytes for t in tables),
         tables,
         namespaces,
@@ -211,9 +209,9 @@ def restore_sqlite(backup: str, target: str, progress: Progress | None = None, *
             raise StoreError(f"{backup} is not a SQLite database: {exc}") from None
         if not has_jobs or version < 1:
             raise StoreError(f"{backup} is not a stepwatch database")
-        if version > SQLITE_SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:
             raise StoreError(
-                f"{backup} has schema version {version}, newer than this stepwatch's {SQLITE_SCHEMA_VERSION}: "
+                f"{backup} has schema version {version}, newer than this stepwatch's {SCHEMA_VERSION}: "
                 "upgrade stepwatch"
             )
         if Path(target).exists() and Path(target).stat().st_size > 0 and not force:

@@ -10,6 +10,9 @@ end, with the commit. So a batch costs a handful of round trips, not several per
 
 If a statement fails in a batch written that way, the whole transaction is rolled back and the
 batch is written again report by report, each in a savepoint, so the failure stays its own.
+
+:class:`PostgresIngest` is the PostgreSQL store's ingest half; :class:`~.postgres.PostgresStore` adds
+its connections, transactions and notifications.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
@@ -25,11 +28,9 @@ from ...protocol import Command, TrainerStatus
 from .base import Event, IngestResult, Job, MetricLimitError, PendingReport, StoreError
 from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import JOB_COLUMNS, column_value, job_from_row
+from .sql_store import SqlStore
 
-if TYPE_CHECKING:
-    from .postgres import PostgresStore
-
-__all__ = ["INGEST_SQL", "POINTS_SQL", "ReportFailed", "write_reports", "write_status"]
+__all__ = ["INGEST_SQL", "POINTS_SQL", "PostgresIngest", "ReportFailed"]
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -74,86 +75,168 @@ class ReportFailed(Exception):
     """A report of a batch failed where the batch had no savepoints: write it again with them."""
 
 
-def write_reports(
-    store: PostgresStore, conn: Connection, batch: Sequence[PendingReport], isolate: bool
-) -> list[IngestResult | StoreError]:
-    """Write a batch in the store's open transaction; each report gets its result or its own error.
+class PostgresIngest(SqlStore):
+    """The PostgreSQL store's writes of reports (see the module docstring)."""
 
-    ``isolate``: a savepoint per report (else the first failure raises :class:`ReportFailed`).
-    """
-    ids = sorted({item.job.id for item in batch})
-    # the rows of every job of the batch, locked in id order: two replicas never deadlock over them
-    locked = conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (ids,))
-    commands = conn.execute(
-        "SELECT job_id, id, kind, reason FROM commands WHERE job_id = ANY(%s) AND acked_at IS NULL "
-        "ORDER BY job_id, created_at",
-        (ids,),
-    )
-    for row in locked.fetchall():
-        store._remember(job_from_row(row))
-    pending: dict[int, list[Command]] = {i: [] for i in ids}
-    for job_id, command_id, kind, reason in commands.fetchall():
-        pending[job_id].append(Command(id=command_id, kind=kind, reason=reason))
-    changed: dict[int, dict[str, Any]] = {}
-    results: dict[int, IngestResult | StoreError] = {}
-    names: dict[int, set[str]] = {}
-    known = [item for item in batch if item.job.id in store._remembered and _within_limit(store, item, names, results)]
-    if isolate:
-        for item in known:
-            results[id(item)] = _isolated(store, conn, item, pending, changed)
-    else:
+    def ingest_reports(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
+        """Store reports in one transaction, in few round trips; a report that fails fails alone."""
         try:
-            cursors = [conn.execute(INGEST_SQL, _params(item)) for item in known]  # sent together
-            answers = [cursor.fetchone() for cursor in cursors]  # one wait for all
-            for item, answer in zip(known, answers):
-                results[id(item)] = _apply(store, conn, item, answer, pending, changed)
-        except psycopg.Error as exc:
-            raise ReportFailed from exc
-    for job_id, updates in changed.items():
-        columns = ", ".join(f"{k} = %s" for k in updates)
-        conn.execute(
-            f"UPDATE jobs SET {columns} WHERE id = %s", (*[column_value(k, v) for k, v in updates.items()], job_id)
+            with self._write() as conn:
+                return self._write_reports(conn, batch, isolate=False)
+        except ReportFailed:
+            with self._write(pipeline=False) as conn:  # savepoints, one report at a time
+                return self._write_reports(conn, batch, isolate=True)
+
+    def _write_reports(
+        self, conn: Connection, batch: Sequence[PendingReport], isolate: bool
+    ) -> list[IngestResult | StoreError]:
+        """Write a batch in the open transaction; each report gets its result or its own error.
+
+        ``isolate``: a savepoint per report (else the first failure raises :class:`ReportFailed`).
+        """
+        ids = sorted({item.job.id for item in batch})
+        # the rows of every job of the batch, locked in id order: two replicas never deadlock over them
+        locked = conn.execute(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (ids,)
         )
-    return [
-        results.get(id(item)) or StoreError(f"the report of job {item.job.key} is not in the database")
-        for item in batch
-    ]
+        commands = conn.execute(
+            "SELECT job_id, id, kind, reason FROM commands WHERE job_id = ANY(%s) AND acked_at IS NULL "
+            "ORDER BY job_id, created_at",
+            (ids,),
+        )
+        for row in locked.fetchall():
+            self._remember(job_from_row(row))
+        pending: dict[int, list[Command]] = {i: [] for i in ids}
+        for job_id, command_id, kind, reason in commands.fetchall():
+            pending[job_id].append(Command(id=command_id, kind=kind, reason=reason))
+        changed: dict[int, dict[str, Any]] = {}
+        results: dict[int, IngestResult | StoreError] = {}
+        names: dict[int, set[str]] = {}
+        known = [item for item in batch if item.job.id in self._remembered and self._within_limit(item, names, results)]
+        if isolate:
+            for item in known:
+                results[id(item)] = self._isolated(conn, item, pending, changed)
+        else:
+            try:
+                cursors = [conn.execute(INGEST_SQL, _params(item)) for item in known]  # sent together
+                answers = [cursor.fetchone() for cursor in cursors]  # one wait for all
+                for item, answer in zip(known, answers):
+                    results[id(item)] = self._apply(conn, item, answer, pending, changed)
+            except psycopg.Error as exc:
+                raise ReportFailed from exc
+        for job_id, updates in changed.items():
+            columns = ", ".join(f"{k} = %s" for k in updates)
+            conn.execute(
+                f"UPDATE jobs SET {columns} WHERE id = %s", (*[column_value(k, v) for k, v in updates.items()], job_id)
+            )
+        return [
+            results.get(id(item)) or StoreError(f"the report of job {item.job.key} is not in the database")
+            for item in batch
+        ]
 
+    def _within_limit(
+        self, item: PendingReport, names: dict[int, set[str]], results: dict[int, IngestResult | StoreError]
+    ) -> bool:
+        """Whether a report keeps its job within the limit on metric names, counting the batch's reports
+        before it (``names``, by job; the job's row is locked: no other replica adds names meanwhile); else
+        its result is the refusal."""
+        job = self._remembered[item.job.id][0]
+        known = names.setdefault(job.id, set(job.last_metrics))
+        reported = [w.name for w in item.report.metrics]
+        try:
+            check_metric_names(job, known, reported, self.max_metric_names)
+        except MetricLimitError as exc:
+            results[id(item)] = exc
+            return False
+        known.update(reported)
+        return True
 
-def _within_limit(
-    store: PostgresStore, item: PendingReport, names: dict[int, set[str]], results: dict[int, IngestResult | StoreError]
-) -> bool:
-    """Whether a report keeps its job within the limit on metric names, counting the batch's reports
-    before it (``names``, by job; the job's row is locked: no other replica adds names meanwhile); else
-    its result is the refusal."""
-    job = store._remembered[item.job.id][0]
-    known = names.setdefault(job.id, set(job.last_metrics))
-    reported = [w.name for w in item.report.metrics]
-    try:
-        check_metric_names(job, known, reported, store.max_metric_names)
-    except MetricLimitError as exc:
-        results[id(item)] = exc
-        return False
-    known.update(reported)
-    return True
+    def _isolated(
+        self,
+        conn: Connection,
+        item: PendingReport,
+        pending: dict[int, list[Command]],
+        changed: dict[int, dict[str, Any]],
+    ) -> IngestResult | StoreError:
+        job_id = item.job.id
+        before = (self._remembered[job_id], dict(changed.get(job_id, {})), list(pending[job_id]))
+        try:
+            with conn.transaction():
+                answer = conn.execute(INGEST_SQL, _params(item)).fetchone()
+                return self._apply(conn, item, answer, pending, changed)
+        except psycopg.Error as exc:
+            self._remembered[job_id], changed[job_id], pending[job_id] = before
+            return StoreError(f"the report of job {item.job.key} could not be stored: {exc}")
 
+    def _apply(
+        self,
+        conn: Connection,
+        item: PendingReport,
+        answer: tuple[Any, ...] | None,
+        pending: dict[int, list[Command]],
+        changed: dict[int, dict[str, Any]],
+    ) -> IngestResult:
+        """What a stored report changes (``answer``: :data:`INGEST_SQL`'s row, ``None`` for a duplicate)."""
+        job = self._remembered[item.job.id][0]
+        report, now, identity = item.report, item.now, item.report.identity
+        if answer is None:
+            return IngestResult(job=job, duplicate=True, commands=tuple(pending[job.id][:16]))
+        newest = bool(answer[0])
+        if report.metrics:
+            self._count_windows(conn, job.id, [w.name for w in report.metrics])
+        events: tuple[Event, ...] = ()
+        if report.acks:
+            acked = conn.execute(
+                "UPDATE commands SET acked_at = %s WHERE job_id = %s AND acked_at IS NULL AND id = ANY(%s) "
+                "RETURNING id, kind",
+                (now, job.id, list(report.acks)),
+            ).fetchall()
+            events = tuple(
+                self._event(conn, job, now, "command_acked", f"{kind} received by the job", {"id": command_id})
+                for command_id, kind in acked
+            )
+            done = {command_id for command_id, _ in acked}
+            pending[job.id] = [c for c in pending[job.id] if c.id not in done]
+        updates, sample = report_updates(job, item, newest)
+        events += self._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
+        fresh = replace(job, **updates)
+        self._remember(fresh)
+        changed.setdefault(job.id, {}).update(updates)
+        return IngestResult(
+            job=fresh,
+            duplicate=False,
+            commands=tuple(pending[job.id][:16]),
+            new_points=report.metrics,
+            sample=sample,
+            events=events,
+        )
 
-def _isolated(
-    store: PostgresStore,
-    conn: Connection,
-    item: PendingReport,
-    pending: dict[int, list[Command]],
-    changed: dict[int, dict[str, Any]],
-) -> IngestResult | StoreError:
-    job_id = item.job.id
-    before = (store._remembered[job_id], dict(changed.get(job_id, {})), list(pending[job_id]))
-    try:
-        with conn.transaction():
-            answer = conn.execute(INGEST_SQL, _params(item)).fetchone()
-            return _apply(store, conn, item, answer, pending, changed)
-    except psycopg.Error as exc:
-        store._remembered[job_id], changed[job_id], pending[job_id] = before
-        return StoreError(f"the report of job {item.job.key} could not be stored: {exc}")
+    def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
+        """Store an upstream status: progress, ETA and every numeric metric as a one-value window."""
+        with self._write() as conn:
+            try:
+                job = self._job_in(conn, job.id)
+            except KeyError:  # deleted (retention, ``stepwatch db``) since the route found it
+                raise StoreError(f"job {job.key} is not in the database") from None
+            read = upstream_status(job, status, now)
+            check_metric_names(job, job.last_metrics, (w.name for w in read.windows), self.max_metric_names)
+            # each POST replaces the whole status upstream: every one is kept, none is a duplicate
+            conn.execute(
+                "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
+                "SELECT %s, 'kubeflow', 0, COALESCE(MAX(seq), -1) + 1, %s::float8, %s::float8, %s::bigint "
+                "FROM reports WHERE job_id = %s AND run_id = 'kubeflow' AND rank = 0",
+                (job.id, now, read.sent_at, read.step, job.id),
+            )
+            if read.windows:
+                self._count_windows(conn, job.id, [w.name for w in read.windows])
+                columns = [
+                    (w.name, w.last_step, now, w.last, w.min, w.max, w.mean, 1, w.nonfinite) for w in read.windows
+                ]
+                conn.execute(POINTS_SQL, (job.id, *(list(c) for c in zip(*columns))))
+            updates = dict(read.updates)
+            events = self._transition(conn, job, updates, "running", "", now, rank0=True)
+            fresh = self._update(conn, job, updates)
+        return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample, events=events)
 
 
 def _params(item: PendingReport) -> dict[str, Any]:
@@ -195,72 +278,3 @@ def _float(value: float | None) -> str:
 
 def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _apply(
-    store: PostgresStore,
-    conn: Connection,
-    item: PendingReport,
-    answer: tuple[Any, ...] | None,
-    pending: dict[int, list[Command]],
-    changed: dict[int, dict[str, Any]],
-) -> IngestResult:
-    """What a stored report changes (``answer``: :data:`INGEST_SQL`'s row, ``None`` for a duplicate)."""
-    job = store._remembered[item.job.id][0]
-    report, now, identity = item.report, item.now, item.report.identity
-    if answer is None:
-        return IngestResult(job=job, duplicate=True, commands=tuple(pending[job.id][:16]))
-    newest = bool(answer[0])
-    if report.metrics:
-        store._count_windows(conn, job.id, [w.name for w in report.metrics])
-    events: tuple[Event, ...] = ()
-    if report.acks:
-        acked = conn.execute(
-            "UPDATE commands SET acked_at = %s WHERE job_id = %s AND acked_at IS NULL AND id = ANY(%s) "
-            "RETURNING id, kind",
-            (now, job.id, list(report.acks)),
-        ).fetchall()
-        events = tuple(
-            store._event(conn, job, now, "command_acked", f"{kind} received by the job", {"id": command_id})
-            for command_id, kind in acked
-        )
-        done = {command_id for command_id, _ in acked}
-        pending[job.id] = [c for c in pending[job.id] if c.id not in done]
-    updates, sample = report_updates(job, item, newest)
-    events += store._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
-    fresh = replace(job, **updates)
-    store._remember(fresh)
-    changed.setdefault(job.id, {}).update(updates)
-    return IngestResult(
-        job=fresh,
-        duplicate=False,
-        commands=tuple(pending[job.id][:16]),
-        new_points=report.metrics,
-        sample=sample,
-        events=events,
-    )
-
-
-def write_status(store: PostgresStore, conn: Connection, job: Job, status: TrainerStatus, now: float) -> IngestResult:
-    """Write an upstream status in the store's open transaction: progress, ETA, numeric metrics as windows."""
-    try:
-        job = store._current(conn, job.id)
-    except KeyError:
-        raise StoreError(f"job {job.key} is not in the database") from None
-    read = upstream_status(job, status, now)
-    check_metric_names(job, job.last_metrics, (w.name for w in read.windows), store.max_metric_names)
-    # each POST replaces the whole status upstream: every one is kept, none is a duplicate
-    conn.execute(
-        "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
-        "SELECT %s, 'kubeflow', 0, COALESCE(MAX(seq), -1) + 1, %s::float8, %s::float8, %s::bigint "
-        "FROM reports WHERE job_id = %s AND run_id = 'kubeflow' AND rank = 0",
-        (job.id, now, read.sent_at, read.step, job.id),
-    )
-    if read.windows:
-        store._count_windows(conn, job.id, [w.name for w in read.windows])
-        columns = [(w.name, w.last_step, now, w.last, w.min, w.max, w.mean, 1, w.nonfinite) for w in read.windows]
-        conn.execute(POINTS_SQL, (job.id, *(list(c) for c in zip(*columns))))
-    updates = dict(read.updates)
-    events = store._transition(conn, job, updates, "running", "", now, rank0=True)
-    fresh = store._update(conn, job, updates)
-    return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample, events=events)

@@ -8,7 +8,7 @@ level-1 row that a level-2 row covers likewise:
 
 - **age**: windows whose level-1 row ended before ``before`` are deleted; in a long series (at
   least :data:`LONG_SERIES` level-2 rows) so are the level-1 rows whose level-2 row ended before
-  then, down to :data:`KEEP_LEVEL` (one row per 256 windows, 8.5 minutes of a job reporting every 2 s);
+  then, down to :data:`.rollups.KEEP_LEVEL` (one row per 256 windows, 8.5 minutes of a job reporting every 2 s);
 - **quota**: a namespace with more raw windows than its quota has its oldest jobs' raw windows
   compacted into level 1 (16 windows a row), whatever their age.
 
@@ -31,75 +31,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .rollups import Connection
+from .base import Compaction
+from .rollups import KEEP_LEVEL, METRICS_SQL, fold
+from .sql_dialect import Connection
 
-__all__ = [
-    "KEEP_LEVEL",
-    "LONG_SERIES",
-    "Compaction",
-    "Transaction",
-    "compact_reports",
-    "compact_series",
-    "compacted_floor",
-    "run_pass",
-    "series_of",
-]
-
-KEEP_LEVEL = 2
-"""Roll-up rows of this level and above are never deleted; finer ones (and raw windows) are compacted."""
+__all__ = ["LONG_SERIES", "Transaction", "compact_reports", "compact_series", "run_pass", "series_of"]
 
 LONG_SERIES = 1000
 """Level-1 rows are compacted only in series with this many level-2 rows (256,000 windows, six days
 of a job reporting every 2 s): a shorter one keeps them, so its chart keeps its resolution."""
 
 
-@dataclass
-class Compaction:
-    """What one retention pass (or a run of them) deleted."""
-
-    windows: int = 0
-    """Raw windows deleted."""
-    rollups: int = 0
-    """Level-1 roll-up rows deleted (level 2 keeps what they held)."""
-    reports: int = 0
-    """Progress reports deleted."""
-    series: int = 0
-    """Series compacted."""
-    more: bool = False
-    """The budget ran out: there is more to compact."""
-    namespaces_over_quota: list[str] = field(default_factory=list)
-    """Namespaces found over their quota of raw windows."""
-
-    def add(self, other: Compaction) -> None:
-        """Fold another pass's counts into this one."""
-        self.windows += other.windows
-        self.rollups += other.rollups
-        self.reports += other.reports
-        self.series += other.series
-        self.more = other.more
-        for ns in other.namespaces_over_quota:
-            if ns not in self.namespaces_over_quota:
-                self.namespaces_over_quota.append(ns)
-
-    @property
-    def deleted(self) -> int:
-        """Rows deleted in all."""
-        return self.windows + self.rollups + self.reports
-
-
 def series_of(conn: Connection, job_id: int) -> list[str]:
-    """The metrics of a job with raw windows (a skip-scan of the index: one seek per metric)."""
-    found = conn.execute(
-        "WITH RECURSIVE names (metric) AS (SELECT MIN(metric) FROM points WHERE job_id = ? UNION ALL "
-        "SELECT (SELECT MIN(metric) FROM points WHERE job_id = ? AND metric > names.metric) FROM names "
-        "WHERE names.metric IS NOT NULL) SELECT metric FROM names WHERE metric IS NOT NULL",
-        (job_id, job_id),
-    )
-    return [r[0] for r in found]
+    """The metrics of a job with raw windows."""
+    return [r[0] for r in conn.execute(METRICS_SQL, (job_id, job_id))]
 
 
 def _bound(conn: Connection, job_id: int, metric: str, level: int, before: float | None) -> int:
@@ -127,8 +73,6 @@ def compact_series(
     ``budget`` rows are deleted. ``level_one``: level-1 rows too (else only raw windows). Call in a
     write transaction.
     """
-    from .rollups import fold  # (rollups reads through compacted_floor: imported here, not at the top)
-
     fold(conn, job_id, metric, limit=max(budget, 1024))  # windows from before roll-ups, or ingest's tail
     newest = conn.execute("SELECT MAX(rowid) FROM points WHERE job_id = ? AND metric = ?", (job_id, metric)).fetchone()
     if newest is None or newest[0] is None:
@@ -186,31 +130,7 @@ def _delete(conn: Connection, sql: str, parameters: tuple[object, ...]) -> int:
     return max(0, int(getattr(cursor, "rowcount", 0) or 0))
 
 
-def compacted_floor(conn: Connection, job_id: int, metric: str) -> int:
-    """The finest level a series' history still starts at: 0 (raw windows, not compacted), 1 or 2.
-
-    A compacted level's first remaining entry lies after the first row of the level above it, which
-    it never does while the level is whole.
-    """
-    firsts = dict(
-        conn.execute(
-            "SELECT level, MIN(last_rowid) FROM rollups WHERE job_id = ? AND metric = ? AND level <= ? GROUP BY level",
-            (job_id, metric, KEEP_LEVEL),
-        ).fetchall()
-    )
-    if not firsts:
-        return 0
-    raw = conn.execute("SELECT MIN(rowid) FROM points WHERE job_id = ? AND metric = ?", (job_id, metric)).fetchone()
-    firsts[0] = raw[0] if raw else None
-    for level in range(KEEP_LEVEL):
-        mine = firsts.get(level)
-        above = [v for lv, v in firsts.items() if lv > level and v is not None]
-        if mine is not None and (not above or mine <= min(above)):
-            return level
-    return KEEP_LEVEL
-
-
-Transaction = Callable[[int | None], AbstractContextManager["Connection"]]
+Transaction = Callable[[int | None], AbstractContextManager[Connection]]
 """Opens a write transaction (the job's row locked, where one is named) on a ``?`` connection."""
 
 

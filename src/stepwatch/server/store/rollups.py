@@ -27,16 +27,26 @@ reads fall back to every window. ``VACUUM`` may renumber the rowids of ``points`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import pairwise
-from typing import Any, Protocol
+from typing import Any
 
 from ..analysis import downsample_columns
 from .base import SeriesColumns
-from .retention import compacted_floor
 from .rows import load_float, store_float
+from .sql_dialect import Connection
 
-__all__ = ["FANOUT", "FOLD_CHUNK", "LEVELS", "Connection", "NeedsFold", "fold", "read_series", "rebuild"]
+__all__ = [
+    "FANOUT",
+    "FOLD_CHUNK",
+    "KEEP_LEVEL",
+    "LEVELS",
+    "METRICS_SQL",
+    "NeedsFold",
+    "compacted_floor",
+    "fold",
+    "read_series",
+    "rebuild",
+]
 
 FANOUT = 16
 """Windows (or rows of the level below) merged into one roll-up row. Each level has 16 times fewer
@@ -50,19 +60,19 @@ level-5 rows."""
 FOLD_CHUNK = 4096
 """At most this many windows are folded in one go at ingest."""
 
+KEEP_LEVEL = 2
+"""Retention (:mod:`.retention`) never deletes roll-up rows of this level and above; finer ones (and raw
+windows) it compacts, so a series' history may start at any level up to this one."""
+
 _COLUMNS = "step, t, last, min, max, mean, count, nonfinite"
 
-
-class _Cursor(Protocol):
-    def fetchone(self) -> Any: ...
-    def fetchall(self) -> list[Any]: ...
-    def __iter__(self) -> Iterator[Any]: ...
-
-
-class Connection(Protocol):
-    """What the roll-ups need of a connection: ``execute`` with ``?`` placeholders (``sqlite3`` has it)."""
-
-    def execute(self, sql: str, parameters: Any = ..., /) -> _Cursor: ...
+METRICS_SQL = (
+    "WITH RECURSIVE names (metric) AS (SELECT MIN(metric) FROM points WHERE job_id = ? UNION ALL "
+    "SELECT (SELECT MIN(metric) FROM points WHERE job_id = ? AND metric > names.metric) FROM names "
+    "WHERE names.metric IS NOT NULL) SELECT metric FROM names WHERE metric IS NOT NULL"
+)
+"""The metrics a job has raw windows of, sorted (arguments: the job's id, twice): a skip-scan of the
+``(job_id, metric)`` index, one seek per metric however long the series."""
 
 
 def fold(conn: Connection, job_id: int, metric: str, limit: int | None = FOLD_CHUNK) -> int:
@@ -190,6 +200,30 @@ def rebuild(conn: Connection, job_id: int | None = None) -> int:
         if (j, m) in kept or not compacted_floor(conn, j, m):
             conn.execute("DELETE FROM rollups WHERE job_id = ? AND metric = ?", (j, m))
     return sum(fold(conn, j, m, limit=None) for j, m in series)
+
+
+def compacted_floor(conn: Connection, job_id: int, metric: str) -> int:
+    """The finest level a series' history still starts at: 0 (raw windows, not compacted), 1 or 2.
+
+    A compacted level's first remaining entry lies after the first row of the level above it, which
+    it never does while the level is whole.
+    """
+    firsts = dict(
+        conn.execute(
+            "SELECT level, MIN(last_rowid) FROM rollups WHERE job_id = ? AND metric = ? AND level <= ? GROUP BY level",
+            (job_id, metric, KEEP_LEVEL),
+        ).fetchall()
+    )
+    if not firsts:
+        return 0
+    raw = conn.execute("SELECT MIN(rowid) FROM points WHERE job_id = ? AND metric = ?", (job_id, metric)).fetchone()
+    firsts[0] = raw[0] if raw else None
+    for level in range(KEEP_LEVEL):
+        mine = firsts.get(level)
+        above = [v for lv, v in firsts.items() if lv > level and v is not None]
+        if mine is not None and (not above or mine <= min(above)):
+            return level
+    return KEEP_LEVEL
 
 
 class NeedsFold(Exception):
