@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ....protocol import Backoff
 from ...auth import hash_token
 from ...ingest.publish import publish_events, publish_job
 from ...ingest.service import ingest_status
@@ -54,6 +55,14 @@ from .reconcile import (
 __all__ = ["RunnerOptions", "TrainJobRunner"]
 
 _log = logging.getLogger("stepwatch.server.kubernetes")
+
+WATCH_BACKOFF = Backoff(base=0.5, cap=30.0, jitter="equal")
+"""Before watching TrainJobs again after a failure: replicas that lost the API server together do not
+come back in step (0.25-0.5 s, doubling to 15-30 s)."""
+WRITE_BACKOFF = Backoff(base=0.5, cap=30.0, jitter="none")
+"""Before deciding a TrainJob again after a failed write, unless the API server said when (Retry-After):
+0.5 s doubling to 30 s, exactly, so that a job's writes keep their order of attempts."""
+
 Key = tuple[str, str]
 
 
@@ -176,7 +185,7 @@ class TrainJobRunner:
 
     def _watch_forever(self, namespace: str | None) -> None:
         version: str | None = None
-        backoff = 0.5
+        failures = 0
         while not self._stop.is_set():
             try:
                 if version is None:
@@ -190,21 +199,23 @@ class TrainJobRunner:
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         self.stats["watch_events"] += 1
                         self._post(kind, obj)
-                backoff = 0.5
+                failures = 0
             except KubeError as exc:
                 if exc.status == 410:  # too old to resume from: list again (the sync replaces what we knew)
                     _log.info("TrainJob watch of %s expired (410): listing again", namespace or "all namespaces")
                     version = None
                     continue
+                failures += 1
+                wait = exc.retry_after or WATCH_BACKOFF.delay(failures)
                 _log.warning(
-                    "TrainJob watch of %s failed (%s); again in %.1f s", namespace or "all namespaces", exc, backoff
+                    "TrainJob watch of %s failed (%s); again in %.1f s", namespace or "all namespaces", exc, wait
                 )
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                self._stop.wait(wait)
             except Exception:
-                _log.exception("TrainJob watch of %s failed; again in %.1f s", namespace or "all namespaces", backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                failures += 1
+                wait = WATCH_BACKOFF.delay(failures)
+                _log.exception("TrainJob watch of %s failed; again in %.1f s", namespace or "all namespaces", wait)
+                self._stop.wait(wait)
 
     # ------------------------------------------------------------------ deciding (event loop)
 
@@ -496,7 +507,7 @@ class TrainJobRunner:
                 self.stats["write_errors"] += 1
                 seen = self.seen.setdefault(key, _Seen())
                 seen.failures += 1
-                wait = exc.retry_after or min(0.5 * 2 ** (seen.failures - 1), 30.0)
+                wait = exc.retry_after or WRITE_BACKOFF.delay(seen.failures)
                 _log.warning("%s of TrainJob %s/%s failed (%s); deciding again in %.1f s", action.kind, *key, exc, wait)
                 if exc.status == 409:
                     await self._refresh(key)
