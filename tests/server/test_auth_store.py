@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from stepwatch.server.auth import mint_token
-from stepwatch.server.routes.common import hash_token
+from stepwatch.server.api.auth import mint_token
+from stepwatch.server.api.request import hash_token
 from stepwatch.server.store import AuditEntry, SQLiteStore, Store
 from stepwatch.server.store.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
 from stepwatch.server.store.sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from stepwatch.server.history import downsampled
 from stepwatch.server.store import SQLiteStore, Store, StoreError
 from stepwatch.server.store import sqlite_schema as sqlite_versions
+from stepwatch.server.views.history import downsampled
 
 pytestmark = pytest.mark.both_stores
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from stepwatch.protocol import Report
-from stepwatch.server.history import downsampled
 from stepwatch.server.store import PendingReport, SQLiteStore, Store
 from stepwatch.server.store.rollups import FANOUT
 from stepwatch.server.store.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+from stepwatch.server.views.history import downsampled
 
 pytestmark = pytest.mark.both_stores
 

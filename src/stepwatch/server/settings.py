@@ -13,8 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .analysis.cost import PriceList, parse_prices
 from .analysis.health_params import HealthParams
-from .auth import AUTH_MODES, Authenticator, Grant, is_loopback, parse_cidrs, parse_group_roles
-from .guard import GuardRules
+from .api.auth import AUTH_MODES, Authenticator, Grant, is_loopback, parse_cidrs, parse_group_roles
+from .api.guard import GuardRules
 from .notify import TargetRules, parse_allow_list
 from .policies.model import Policy, PolicyError, parse_policy
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...auth import hash_token
+from ...api.auth import hash_token
 from ...ingest.publish import publish_events, publish_job
 from ...ingest.service import ingest_status
 from ...services import Services, blocking

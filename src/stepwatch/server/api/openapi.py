@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES
+from ...protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES
+from ..policies.model import POLICY
+from ..views.serialisers import LIST_COLUMNS
+from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
 from .bodyspec import Body
-from .policies.model import POLICY
-from .routes.bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
-from .views import LIST_COLUMNS
 
 __all__ = ["openapi_document"]
 

@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..protocol import GpuReading
-from .analysis.health import HealthParams, HealthTracker, Verdict
-from .ingest.publish import publish_events, publish_job
-from .live import Broadcaster
-from .store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
-from .store.base import FINAL_STATES
+from ...protocol import GpuReading
+from ..ingest.publish import publish_events, publish_job
+from ..live.broadcaster import Broadcaster
+from ..store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
+from ..store.base import FINAL_STATES
+from .health import HealthParams, HealthTracker, Verdict
 
 __all__ = [
     "EVAL_METRICS",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from ..protocol import ProtocolError
+from ...protocol import ProtocolError
 
 __all__ = ["Body", "BodyError", "Field", "FieldType"]
 

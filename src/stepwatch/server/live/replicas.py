@@ -28,11 +28,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .live import Broadcaster, Update
-from .store import Store, StoreError
+from ..store import Store, StoreError
+from .broadcaster import Broadcaster, Update
 
 if TYPE_CHECKING:
-    from .store.postgres import PostgresStore
+    from ..store.postgres import PostgresStore
 
 __all__ = ["ReplicaBridge", "bridge_for"]
 
