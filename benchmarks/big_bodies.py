@@ -13,7 +13,7 @@ and a body of 1.1 MB in one write, which must be a 413. Each try is on a new con
 is whether an HTTP answer came back (its status), or the connection closed without one.
 
 ``--baseline FILE`` runs the same tries, in the same run, against the protocol of another copy of
-``slow_clients.py`` (the code before a change: ``git show main:src/stepwatch/server/slow_clients.py >
+``slow_clients.py`` (the code before a change: ``git show main:src/stepwatch/server/serving/slow_clients.py >
 /tmp/old.py``)::
 
     .venv/bin/python benchmarks/big_bodies.py --baseline /tmp/old.py

@@ -554,7 +554,7 @@ class ServerSettings:
         )  # fmt: skip
 
     def guard_rules(self) -> GuardRules:
-        """What the guard in front of every route checks (Host, Origin, JSON: see :mod:`.guard`)."""
+        """What the guard in front of every route checks (Host, Origin, JSON: see :mod:`.api.guard`)."""
         return GuardRules.for_server(self.auth, self.host, self.allowed_hosts, self.allowed_origins)
 
     def target_rules(self) -> TargetRules:

@@ -1,4 +1,4 @@
-"""Health of live jobs: one :class:`~.analysis.health.HealthTracker` per job, fed at ingest, swept for stalls.
+"""Health of live jobs: one :class:`~.health.HealthTracker` per job, fed at ingest, swept for stalls.
 
 The analysis is pure (``analysis/health.py``); this module keeps a tracker per live job, feeds it
 each report as it is stored (the primary metric's windows from rank 0, every rank's step), asks

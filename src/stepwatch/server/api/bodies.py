@@ -1,4 +1,4 @@
-"""The request bodies of the native API, each declared once (see :mod:`..bodyspec`): the routes read them
+"""The request bodies of the native API, each declared once (see :mod:`.bodyspec`): the routes read them
 with :func:`read_declared`, ``/openapi.json`` shows them (:data:`DECLARED`). A policy layer's declaration
 is :data:`..policies.model.POLICY`: settings and stored policies are read with it too.
 

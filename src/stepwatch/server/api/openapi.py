@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 description of the server's API, served at ``/openapi.json`` and shown at ``/docs``.
 
-The request bodies of the native API come from their declarations (:mod:`.routes.bodies`), the ones the
+The request bodies of the native API come from their declarations (:mod:`.bodies`), the ones the
 routes read them with; the wire format (reports, Kubeflow statuses: :mod:`stepwatch.protocol`, stdlib
 only) and the answers are described here. Paths come in groups, each a function.
 """

@@ -1,5 +1,5 @@
 """What the live stream publishes: a job, its new points, its events — each in the shape the API reads
-it back (:mod:`..views`), so that a reader of the stream has nothing to patch in.
+it back (:mod:`..views.serialisers`), so that a reader of the stream has nothing to patch in.
 
 Every publisher goes through these: the ingest service, the health sweep, the policies, the routes
 that register jobs, queue commands or record a state, and the Kubernetes runner.

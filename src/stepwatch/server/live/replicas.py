@@ -1,7 +1,7 @@
 """Live updates across replicas: what one server process publishes, every other one publishes too.
 
 Several server processes on one PostgreSQL database each serve their own live stream (a
-:class:`~.live.Broadcaster` per process). A report ingested by one replica must reach the dashboards
+:class:`~.broadcaster.Broadcaster` per process). A report ingested by one replica must reach the dashboards
 connected to the others, so the bridge sends every update published locally as a notification on
 the database's live channel (``pg_notify``; an update larger than a notification's 8,000 bytes goes
 through a table and the notification names its row), and publishes what the other replicas sent to

@@ -21,7 +21,7 @@ from .retention import Compaction
 # Compaction is what a run of passes returns: named here so that ``stepwatch db compact`` needs this module only
 __all__ = ["DAY_S", "PASS_BUDGET", "Compaction", "compact_now", "start", "sweep_forever"]
 
-_log = logging.getLogger("stepwatch.server.retention")
+_log = logging.getLogger("stepwatch.server.retention")  # its name from before it moved: log configs name it
 
 DAY_S = 86_400.0
 PASS_BUDGET = 20_000

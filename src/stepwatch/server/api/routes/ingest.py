@@ -1,7 +1,7 @@
 """Ingest's routes: the native report endpoint and the Kubeflow Trainer status endpoint (KEP-2779).
 
 They parse, authorise and answer; the report's trip itself (write, estimates, health, policies,
-publish) is the ingest service's (:mod:`..ingest.service`).
+publish) is the ingest service's (:mod:`...ingest.service`).
 """
 
 from __future__ import annotations
