@@ -197,8 +197,8 @@ def authorization_step_us(calls: int) -> dict[str, float]:
 
     from starlette.requests import Request
 
-    from stepwatch.server.auth import Authenticator, mint_token
-    from stepwatch.server.routes.common import hash_token
+    from stepwatch.server.api.auth import Authenticator, mint_token
+    from stepwatch.server.api.request import hash_token
     from stepwatch.server.services import blocking
     from stepwatch.server.store import AuditEntry, SQLiteStore
 

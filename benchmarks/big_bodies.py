@@ -1,6 +1,6 @@
 """Bodies at the size limit, however the client writes them: answered, or closed without an answer?
 
-A real stepwatch app served by uvicorn with the slow-client protocol (:mod:`stepwatch.server.slow_clients`)
+A real stepwatch app served by uvicorn with the slow-client protocol (:mod:`stepwatch.server.serving.slow_clients`)
 on 127.0.0.1, in this process. A job is registered; then, ``--tries`` times each, its Kubeflow status
 endpoint gets a body of exactly 65,536 bytes (the limit, inside upstream's ``1 << 16``) written
 
@@ -13,7 +13,7 @@ and a body of 1.1 MB in one write, which must be a 413. Each try is on a new con
 is whether an HTTP answer came back (its status), or the connection closed without one.
 
 ``--baseline FILE`` runs the same tries, in the same run, against the protocol of another copy of
-``slow_clients.py`` (the code before a change: ``git show main:src/stepwatch/server/slow_clients.py >
+``slow_clients.py`` (the code before a change: ``git show main:src/stepwatch/server/serving/slow_clients.py >
 /tmp/old.py``)::
 
     .venv/bin/python benchmarks/big_bodies.py --baseline /tmp/old.py
@@ -47,7 +47,7 @@ WAYS = ("one write", "several writes", "chunked", "1.1 MB, one write")
 def protocol_from(path: str | None) -> Any:
     """``protocol_class`` of this tree's slow_clients, or of the copy at ``path``."""
     if path is None:
-        from stepwatch.server.slow_clients import protocol_class
+        from stepwatch.server.serving.slow_clients import protocol_class
     else:
         spec = importlib.util.spec_from_file_location("slow_clients_baseline", path)
         assert spec is not None and spec.loader is not None

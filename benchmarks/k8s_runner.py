@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE.parent.parent / "tests" / "k8s"))  # the FAKE API se
 from fakeapi import FakeApi  # noqa: E402
 
 from stepwatch.protocol import TrainerStatus  # noqa: E402
-from stepwatch.server.live import Broadcaster  # noqa: E402
+from stepwatch.server.live.broadcaster import Broadcaster  # noqa: E402
 from stepwatch.server.runners.kubernetes.api import KubeApi, load_api  # noqa: E402
 from stepwatch.server.runners.kubernetes.objects import parse_trainjob  # noqa: E402
 from stepwatch.server.runners.kubernetes.reconcile import Config, WriteStatus, reconcile  # noqa: E402

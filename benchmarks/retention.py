@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stepwatch.server.history import downsampled
-from stepwatch.server.retention import DAY_S, PASS_BUDGET
 from stepwatch.server.store import SQLiteStore
 from stepwatch.server.store.maintenance import sqlite_stats
+from stepwatch.server.store.retention_task import DAY_S, PASS_BUDGET
+from stepwatch.server.views.history import downsampled
 
 INTERVAL_S = 2.0
 TARGET_MB = 50.0

@@ -24,7 +24,7 @@ import psycopg
 
 import stepwatch
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server.auth import hash_token, mint_token
+from stepwatch.server.api.auth import hash_token, mint_token
 from stepwatch.server.store import AuditEntry
 from stepwatch.server.store.postgres import PostgresStore
 from stepwatch.testing.server import ServerThread

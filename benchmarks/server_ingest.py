@@ -879,7 +879,7 @@ def bulk_jobs(db: Path, n_jobs: int, progress: Callable[[str], None]) -> tuple[d
     """Jobs through SQLiteStore.register, then one report each through SQLiteStore.ingest_report (5 metrics,
     a step of its total); every 100th job ends (finished, failed or stopped in turn, or stays running)."""
     from stepwatch.protocol import Identity, MetricWindow, Progress, Report
-    from stepwatch.server.routes.common import hash_token
+    from stepwatch.server.api.request import hash_token
     from stepwatch.server.store import SQLiteStore
 
     out: dict[str, Any] = {}
@@ -1062,8 +1062,8 @@ def section_reads(server: Server, cfg: dict[str, Any], sections: str) -> dict[st
 
 def history_breakdown(db: Path, max_points: int = 1000) -> dict[str, Any]:
     """Where a long history read spends its time, in this process on the same file (not the server)."""
-    from stepwatch.server.history import downsampled
     from stepwatch.server.store import SQLiteStore
+    from stepwatch.server.views.history import downsampled
 
     store = SQLiteStore(db)
     try:
@@ -1136,9 +1136,9 @@ def history_breakdown(db: Path, max_points: int = 1000) -> dict[str, Any]:
 
 def list_breakdown(db: Path, limit: int = 10_000) -> dict[str, Any]:
     """Where ``GET /api/v1/jobs?limit=10000`` spends its time, in this process on the same file."""
-    from stepwatch.server.responses import FastJSONResponse
+    from stepwatch.server.api.responses import FastJSONResponse
     from stepwatch.server.store import JobFilter, SQLiteStore
-    from stepwatch.server.views import CompactViews, job_view
+    from stepwatch.server.views.serialisers import CompactViews, job_view
 
     store = SQLiteStore(db)
     try:

@@ -42,8 +42,8 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent / "src"))
 
 from stepwatch.protocol import Identity, MetricWindow, Progress, Report  # noqa: E402
-from stepwatch.server.history import downsampled  # noqa: E402
 from stepwatch.server.store import JobFilter, PendingReport, SQLiteStore, Store  # noqa: E402
+from stepwatch.server.views.history import downsampled  # noqa: E402
 
 RawWriter = Callable[[int, list[tuple[Any, ...]]], None]
 """Writes rows of ``points`` straight into the database (not through the store)."""

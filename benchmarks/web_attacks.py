@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 import stepwatch
-from stepwatch.server.auth import hash_token
+from stepwatch.server.api.auth import hash_token
 from stepwatch.server.store import SQLiteStore
 from stepwatch.testing.server import LocalServer
 

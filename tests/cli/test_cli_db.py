@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("starlette")
 
 from stepwatch.cli import main
-from stepwatch.server.history import downsampled
 from stepwatch.server.store import SQLiteStore, StoreError
 from stepwatch.server.store.migrations import SCHEMA_VERSION
+from stepwatch.server.views.history import downsampled
 
 
 def make_db(path: Path, jobs: int = 2, windows: int = 3000) -> list[int]:

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from stepwatch.server.auth import mint_token
-from stepwatch.server.routes.common import hash_token
+from stepwatch.server.api.auth import mint_token
+from stepwatch.server.api.request import hash_token
 from stepwatch.server.store import AuditEntry, SQLiteStore
 
 

@@ -18,7 +18,7 @@ import pytest
 import stepwatch
 from stepwatch.protocol import LIMITS, Report, format_rfc3339
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server.errors import REASONS
+from stepwatch.server.api.errors import REASONS
 from stepwatch.server.store import SORT_KEYS, IngestResult, PendingReport
 
 pytestmark = pytest.mark.both_stores

@@ -15,8 +15,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server.auth import mint_token
-from stepwatch.server.routes.common import hash_token
+from stepwatch.server.api.auth import mint_token
+from stepwatch.server.api.request import hash_token
 from stepwatch.server.store import AuditEntry, Store
 
 with warnings.catch_warnings():
@@ -370,7 +370,7 @@ GROUPS = '{"ml-team": "editor:a", "platform": "admin:*", "user:carol": "viewer:b
 
 
 def _proxy_site(store: Store, clock: Any, peer: str) -> TestClient:
-    from stepwatch.server.auth import parse_cidrs, parse_group_roles
+    from stepwatch.server.api.auth import parse_cidrs, parse_group_roles
 
     app = _app(
         store,

@@ -13,8 +13,8 @@ from typing import Any
 import legacy_schemas
 import pytest
 
-from stepwatch.server.auth import mint_token
-from stepwatch.server.routes.common import hash_token
+from stepwatch.server.api.auth import mint_token
+from stepwatch.server.api.request import hash_token
 from stepwatch.server.store import AuditEntry, SQLiteStore, Store
 from stepwatch.server.store.migrations import SCHEMA_VERSION
 

@@ -1,4 +1,4 @@
-"""Each declared request body (``stepwatch.server.routes.bodies``): valid and invalid examples derived from
+"""Each declared request body (``stepwatch.server.api.bodies``): valid and invalid examples derived from
 its declaration, sent to its route; the route's answer must agree with the body's schema in ``/openapi.json``
 (valid: accepted; invalid: 422 naming the field the example broke, and the schema refuses it too)."""
 
@@ -17,11 +17,8 @@ from starlette.applications import Starlette
 
 from stepwatch.protocol import ProtocolError, is_valid_name, parse_rfc3339
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server.auth import mint_token
-from stepwatch.server.bodyspec import Body, Field
-from stepwatch.server.policies import PolicyError, parse_policy
-from stepwatch.server.policies.model import POLICY
-from stepwatch.server.routes.bodies import (
+from stepwatch.server.api.auth import mint_token
+from stepwatch.server.api.bodies import (
     COMMAND_REQUEST,
     DECLARED,
     NAME_PATTERN,
@@ -29,7 +26,10 @@ from stepwatch.server.routes.bodies import (
     STATE_CHANGE,
     TOKEN_REQUEST,
 )
-from stepwatch.server.routes.common import hash_token
+from stepwatch.server.api.bodyspec import Body, Field
+from stepwatch.server.api.request import hash_token
+from stepwatch.server.policies import PolicyError, parse_policy
+from stepwatch.server.policies.model import POLICY
 from stepwatch.server.store import AuditEntry, Store
 
 with warnings.catch_warnings():

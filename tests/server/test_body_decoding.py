@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stepwatch.protocol import ProtocolError, decode_body
-from stepwatch.server.routes.common import fast_json_loads
+from stepwatch.server.api.request import fast_json_loads
 
 NAN = math.nan
 INF = math.inf

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stepwatch.protocol import Identity, Progress, Report
-from stepwatch.server.estimates import (
+from stepwatch.server.ingest.recent_progress import (
     ESTIMATE_EVERY_S,
     HORIZON_S,
     YOUNG_S,

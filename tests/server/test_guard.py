@@ -20,8 +20,8 @@ import pytest
 
 from stepwatch.protocol import Identity, MetricWindow, Progress, Report
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server.auth import hash_token, mint_token, parse_cidrs
-from stepwatch.server.guard import GuardRules
+from stepwatch.server.api.auth import hash_token, mint_token, parse_cidrs
+from stepwatch.server.api.guard import GuardRules
 from stepwatch.server.notify import Notification, Notifier, NotifyTarget, TargetRefused, TargetRules
 from stepwatch.server.store import AuditEntry, SQLiteStore
 from stepwatch.testing import WebhookReceiver

@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server import health as server_health
+from stepwatch.server.analysis import health_monitor as server_health
 from stepwatch.server.services import blocking
 from stepwatch.server.store import Store
 

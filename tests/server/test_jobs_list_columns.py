@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stepwatch.server.store import Job
-from stepwatch.server.views import LIST_COLUMNS, CompactViews, job_view
+from stepwatch.server.views.serialisers import LIST_COLUMNS, CompactViews, job_view
 
 BASE = Job(id=1, namespace="ns", name="j", attempt=1, state="pending", created_at=100.0, updated_at=100.0)
 RUNNING = dataclasses.replace(

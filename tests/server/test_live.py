@@ -16,7 +16,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from stepwatch.server.live import Broadcaster
+from stepwatch.server.live.broadcaster import Broadcaster
 
 START = 1_800_000_000.0
 """The fake clock's first reading (``conftest.START``)."""

@@ -17,10 +17,10 @@ import pytest
 from starlette.applications import Starlette
 
 from stepwatch.server.app import create_app
-from stepwatch.server.live import Broadcaster, TooManyStreams, Update
+from stepwatch.server.live.broadcaster import Broadcaster, TooManyStreams, Update
 from stepwatch.server.settings import ServerSettings
 from stepwatch.server.store import Store
-from stepwatch.server.views import COMPACT_METRICS
+from stepwatch.server.views.serialisers import COMPACT_METRICS
 
 PER_CLIENT = 3
 

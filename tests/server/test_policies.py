@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stepwatch.server import health as server_health
+from stepwatch.server.analysis import health_monitor as server_health
 from stepwatch.server.analysis.cost import Cost
 from stepwatch.server.policies import Policy, PolicyError, decide, parse_policy, rearmed
 from stepwatch.server.services import blocking

@@ -144,8 +144,8 @@ def test_a_database_at_its_own_version_2_gains_tokens_and_audit_and_keeps_its_da
 
 
 def test_a_revocation_on_one_replica_is_seen_at_once_by_another(database: Any) -> None:
-    from stepwatch.server.auth import mint_token
-    from stepwatch.server.routes.common import hash_token
+    from stepwatch.server.api.auth import mint_token
+    from stepwatch.server.api.request import hash_token
     from stepwatch.server.store import AuditEntry
 
     a, b = database.open(), database.open()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stepwatch.server.process import GC_THRESHOLDS, tune_for_serving
+from stepwatch.server.serving.process import GC_THRESHOLDS, tune_for_serving
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from stepwatch.protocol import Report
-from stepwatch.server.history import downsampled
-from stepwatch.server.retention import compact_now
 from stepwatch.server.settings import ServerSettings
 from stepwatch.server.store import PendingReport, Store, retention
+from stepwatch.server.store.retention_task import compact_now
 from stepwatch.server.store.rollups import FANOUT, compacted_floor
+from stepwatch.server.views.history import downsampled
 
 pytestmark = pytest.mark.both_stores
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from legacy_schemas import OldDatabase, newest
 
-from stepwatch.server.history import downsampled
 from stepwatch.server.store import StoreError
 from stepwatch.server.store.migrations import SCHEMA_VERSION, postgres_version
+from stepwatch.server.views.history import downsampled
 
 pytestmark = pytest.mark.both_stores
 

@@ -14,10 +14,10 @@ import legacy_schemas
 import pytest
 
 from stepwatch.protocol import Report
-from stepwatch.server.history import downsampled
 from stepwatch.server.store import PendingReport, SQLiteStore, Store
 from stepwatch.server.store.migrations import SCHEMA_VERSION
 from stepwatch.server.store.rollups import FANOUT
+from stepwatch.server.views.history import downsampled
 
 pytestmark = pytest.mark.both_stores
 

@@ -38,7 +38,7 @@ def test_a_write_by_another_program_is_seen_at_the_next_write(tmp_path: Path) ->
 
 
 def test_the_server_forgets_its_trackers_and_samples_when_another_program_wrote(tmp_path: Path) -> None:
-    from stepwatch.server.live import Broadcaster
+    from stepwatch.server.live.broadcaster import Broadcaster
     from stepwatch.server.services import Services
 
     server = SQLiteStore(tmp_path / "s.db")

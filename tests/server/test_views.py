@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from stepwatch.server.responses import FastJSONResponse
+from stepwatch.server.api.responses import FastJSONResponse
 from stepwatch.server.store import Job
-from stepwatch.server.views import CompactViews, job_view
+from stepwatch.server.views.serialisers import CompactViews, job_view
 
 BASE = Job(id=1, namespace="ns", name="j", attempt=1, state="pending", created_at=100.0, updated_at=100.0)
 RUNNING = dataclasses.replace(

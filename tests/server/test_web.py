@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from stepwatch.server.routes import web
+from stepwatch.server.api.routes import web
 
 JS = sorted((web.WEB_DIR / "js").glob("*.js"))
 

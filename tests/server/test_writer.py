@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from stepwatch.server.ingest.writer import ReportWriter
 from stepwatch.server.store import IngestResult, Job, PendingReport, StoreError
-from stepwatch.server.writer import ReportWriter
 
 JOB = Job(id=1, namespace="ns", name="j", attempt=1, state="running", created_at=0.0, updated_at=0.0)
 

@@ -128,9 +128,8 @@ def _stats(args: argparse.Namespace, settings: Any) -> int:
 
 def _compact(args: argparse.Namespace, settings: Any) -> int:
     from ..server.app import open_store
-    from ..server.retention import DAY_S, PASS_BUDGET
     from ..server.settings import SERVER_SETTINGS
-    from ..server.store import Compaction
+    from ..server.store.retention_task import DAY_S, PASS_BUDGET, Compaction
 
     days = args.days if args.days is not None else settings.retention_days
     if days is not None and not (math.isfinite(days) and days > 0):

@@ -133,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server import ServerSettings, create_app
-        from ..server.process import tune_for_serving
-        from ..server.slow_clients import protocol_class
+        from ..server.serving import protocol_class, tune_for_serving
         from ..server.store import StoreError
     except ImportError as exc:
         print(
@@ -187,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 1
     print(f"stepwatch server on {where}; API docs at /docs", flush=True)
-    tune_for_serving()  # flat tail latency: no full GC pause every few seconds (see server.process)
+    tune_for_serving()  # flat tail latency: no full GC pause every few seconds (see server.serving.process)
     uvicorn.run(app, host=settings.host, port=settings.port, **options)
     return 0
 

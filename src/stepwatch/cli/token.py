@@ -121,9 +121,8 @@ def run_create(args: argparse.Namespace) -> int:
 
 def _create_in_database(args: argparse.Namespace, namespaces: list[str], name: str) -> int:
     try:
+        from ..server.api.auth import hash_token, mint_token
         from ..server.app import open_store
-        from ..server.auth import mint_token
-        from ..server.routes.common import hash_token
         from ..server.settings import ServerSettings
         from ..server.store import AuditEntry, StoreError
     except ImportError as exc:

@@ -14,16 +14,7 @@ from ..protocol import COMMAND_KINDS, LIMITS, Command, jobs_path
 from ._core import Config, Operation, Request, read_json
 from ._errors import Conflict
 from ._job import Columns, Job, JobList
-from ._models import (
-    CommandSent,
-    Costs,
-    Event,
-    History,
-    JobPolicy,
-    NamespacePolicy,
-    Policy,
-    command_from,
-)
+from ._models import CommandSent, Costs, Event, History, JobPolicy, NamespacePolicy, Policy, command_from
 from ._parse import as_dict, as_list, opt_int, req_str
 
 __all__ = [

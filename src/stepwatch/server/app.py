@@ -21,19 +21,20 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import health, replicas, retention
-from .errors import ApiError, error_response, handle_api_error
-from .guard import Guard
-from .health import HealthMonitor
-from .live import Broadcaster
+from .analysis import health_monitor
+from .analysis.health_monitor import HealthMonitor
+from .api.errors import ApiError, error_response, handle_api_error
+from .api.guard import Guard
+from .api.prometheus import registry_for
+from .api.routes import access, costs, events, ingest, jobs, policies, server_info, web
+from .live import replicas
+from .live.broadcaster import Broadcaster
 from .notify import Notifier, parse_targets
 from .policies.alerts import DEFAULT_NOTIFY_ON, check_targets, notify_hook
-from .prometheus import registry_for
-from .routes import access, costs, ingest, jobs, meta, policies, web
 from .runners.kubernetes.wiring import start_kubernetes
 from .services import Services, blocking
 from .settings import ServerSettings
-from .store import SQLiteStore, Store, StoreError
+from .store import SQLiteStore, Store, StoreError, retention_task
 
 __all__ = ["create_app", "open_store"]
 
@@ -92,7 +93,8 @@ def create_app(
             *policies.routes,
             *costs.routes,
             *access.routes,
-            *meta.routes,
+            *events.routes,
+            *server_info.routes,
             *web.routes,
         ],
         exception_handlers={ApiError: handle_api_error, HTTPException: _http_error, Exception: _crash},
@@ -166,7 +168,7 @@ async def _start(app: Starlette, settings: ServerSettings, services: Services, n
     await notifier.start()
     kubernetes = await start_kubernetes(app, settings, services)
     sweeper = asyncio.create_task(
-        health.sweep_forever(
+        health_monitor.sweep_forever(
             services.health,
             store,
             services.live,
@@ -176,7 +178,7 @@ async def _start(app: Starlette, settings: ServerSettings, services: Services, n
             services.policies.review,
         )
     )
-    retainer = retention.start(store, blocking, clock, settings)
+    retainer = retention_task.start(store, blocking, clock, settings)
     return _Background(notifier, sweeper, retainer, kubernetes, bridge)
 
 

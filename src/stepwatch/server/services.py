@@ -18,15 +18,15 @@ import anyio
 import anyio.to_thread
 
 from .analysis.cost import PriceList
-from .auth import Authenticator
-from .errors import ApiError
-from .estimates import RecentProgress
-from .health import HealthMonitor
-from .live import Broadcaster
+from .analysis.health_monitor import HealthMonitor
+from .api.auth import Authenticator
+from .api.errors import ApiError
+from .ingest.recent_progress import RecentProgress
+from .ingest.writer import ReportWriter
+from .live.broadcaster import Broadcaster
 from .policies import PolicyBook, PolicyEngine
 from .store import MetricLimitError, Store, StoreError
-from .views import CompactViews
-from .writer import ReportWriter
+from .views.serialisers import CompactViews
 
 __all__ = ["STORE_THREADS", "Services", "at_once", "blocking"]
 

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .analysis.cost import PriceList, parse_prices
 from .analysis.health_params import HealthParams
-from .auth import AUTH_MODES, Authenticator, Grant, is_loopback, parse_cidrs, parse_group_roles
-from .guard import GuardRules
+from .api.auth import AUTH_MODES, Authenticator, Grant, is_loopback, parse_cidrs, parse_group_roles
+from .api.guard import GuardRules
 from .notify import TargetRules, parse_allow_list
 from .policies.model import Policy, PolicyError, parse_policy
 
@@ -554,7 +554,7 @@ class ServerSettings:
         )  # fmt: skip
 
     def guard_rules(self) -> GuardRules:
-        """What the guard in front of every route checks (Host, Origin, JSON: see :mod:`.guard`)."""
+        """What the guard in front of every route checks (Host, Origin, JSON: see :mod:`.api.guard`)."""
         return GuardRules.for_server(self.auth, self.host, self.allowed_hosts, self.allowed_origins)
 
     def target_rules(self) -> TargetRules:

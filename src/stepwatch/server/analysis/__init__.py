@@ -1,7 +1,13 @@
-"""Pure analysis of job history for the server: ETA from a robust recent rate, downsampled history.
+"""Analysis of job history: pure functions, and the one stateful monitor of live jobs' health.
 
-Nothing here does I/O or keeps state: the functions take what the store returns and give values the
-routes and policies show. Standard library only.
+Pure (no I/O, no state, standard library only): the ETA from a robust recent rate (:mod:`.eta`), history
+downsampled for a chart (:mod:`.downsample`), health verdicts (:mod:`.health`, with :mod:`.health_params`,
+:mod:`.plateau`, :mod:`.signals`), checkpoint advice (:mod:`.checkpoint`) and cost (:mod:`.cost`). They take
+what the store returns and give the values the routes and policies show; they use no other server package.
+
+Stateful: :mod:`.health_monitor` keeps a health tracker per live job, fed at ingest and swept for stalls,
+and publishes what changed; it alone uses other server packages (:mod:`..store`, :mod:`..live`,
+:mod:`..ingest.publish`).
 """
 
 from .downsample import Columns, Point, WindowLike, downsample, downsample_columns

@@ -1,5 +1,11 @@
-"""Ingest: a report's one trip on the server (:mod:`.service`) and what it publishes (:mod:`.publish`).
+"""Ingest: a report's one trip on the server (:mod:`.service`): write → estimates → health → policies → publish.
 
-Nothing is imported here, so that the analysis and the policies can import :mod:`.publish` while
-:mod:`.service` imports them.
+The write goes with the others that arrived meanwhile in one transaction (:mod:`.writer`, group commit); the
+ETA is estimated from the recent progress samples of live jobs kept in memory (:mod:`.recent_progress`);
+health is :mod:`..analysis.health_monitor`'s; what the live stream gets is :mod:`.publish`'s.
+
+It uses :mod:`..store`, :mod:`..analysis`, :mod:`..live`, :mod:`..views` and :mod:`..services` (the
+policies through it); the routes (:mod:`..api.routes`) and the Kubernetes runner call it. Nothing is imported
+here, so that the health monitor and the policies can import :mod:`.publish` while :mod:`.service` imports
+them.
 """

@@ -1,5 +1,5 @@
 """What the live stream publishes: a job, its new points, its events — each in the shape the API reads
-it back (:mod:`..views`), so that a reader of the stream has nothing to patch in.
+it back (:mod:`..views.serialisers`), so that a reader of the stream has nothing to patch in.
 
 Every publisher goes through these: the ingest service, the health sweep, the policies, the routes
 that register jobs, queue commands or record a state, and the Kubernetes runner.
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ...protocol import MetricWindow
-from ..live import Broadcaster
+from ..live.broadcaster import Broadcaster
 from ..store import Event, Job
-from ..views import event_view, job_view, window_view
+from ..views.serialisers import event_view, job_view, window_view
 
 __all__ = ["publish_events", "publish_job", "publish_points"]
 

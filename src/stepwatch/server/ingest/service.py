@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ...protocol import Command, GpuReading, Report, TrainerStatus
-from .. import health
-from ..estimates import HORIZON_S, estimate_due, estimate_from_samples
+from ..analysis import health_monitor
 from ..services import Services, blocking
 from ..store import IngestResult, Job, PendingReport
 from ..store.base import FINAL_STATES
 from ..store.job_updates import check_metric_names
 from .publish import publish_events, publish_job, publish_points
+from .recent_progress import HORIZON_S, estimate_due, estimate_from_samples
 
 __all__ = ["Ingested", "estimate", "ingest_report", "ingest_status", "review"]
 
@@ -134,7 +134,7 @@ async def _take_effect(svc: Services, result: IngestResult, written_at: float, r
     if job.state in FINAL_STATES:
         svc.progress.forget(job.id)
     now = svc.clock()
-    job, health_events = await health.assess(
+    job, health_events = await health_monitor.assess(
         svc.health,
         svc.store,
         blocking,

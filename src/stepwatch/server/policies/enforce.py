@@ -18,9 +18,9 @@ from typing import Any
 from ...protocol import Command
 from ..analysis.checkpoint import CheckpointAdvice, advise
 from ..ingest.publish import publish_events
-from ..live import Broadcaster
+from ..live.broadcaster import Broadcaster
 from ..store import Event, Job, Store
-from ..views import cost_of, remaining_seconds
+from ..views.serialisers import cost_of, remaining_seconds
 from .decide import Decision, decide, rearmed, stopping
 from .model import DEFAULT_CHECKPOINT_COST_S, DEFAULT_MTBF_HOURS, Policy, PolicyError, parse_policy
 

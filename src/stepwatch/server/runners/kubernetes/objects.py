@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ....protocol import ProtocolError, TrainerStatus, format_rfc3339, parse_rfc3339
 from ...store import Job
-from ...views import eta_of, progress_percent, trainer_status_view
+from ...views.serialisers import eta_of, progress_percent, trainer_status_view
 
 __all__ = [
     "ANNOTATION",

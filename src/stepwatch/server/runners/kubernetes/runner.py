@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ....protocol import Backoff
-from ...auth import hash_token
+from ...api.auth import hash_token
 from ...ingest.publish import publish_events, publish_job
 from ...ingest.service import ingest_status
 from ...services import Services, blocking

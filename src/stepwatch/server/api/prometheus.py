@@ -22,10 +22,10 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from .analysis.cost import Cost, totals
-from .notify import Notifier
-from .store import HEALTH_STATES, Job, JobFilter, Store
-from .views import cost_of, eta_of, progress_percent, remaining_seconds
+from ..analysis.cost import Cost, totals
+from ..notify import Notifier
+from ..store import HEALTH_STATES, Job, JobFilter, Store
+from ..views.serialisers import cost_of, eta_of, progress_percent, remaining_seconds
 
 __all__ = ["JOB_LABEL", "JobsCollector", "registry_for"]
 

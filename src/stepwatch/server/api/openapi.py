@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 description of the server's API, served at ``/openapi.json`` and shown at ``/docs``.
 
-The request bodies of the native API come from their declarations (:mod:`.routes.bodies`), the ones the
+The request bodies of the native API come from their declarations (:mod:`.bodies`), the ones the
 routes read them with; the wire format (reports, Kubeflow statuses: :mod:`stepwatch.protocol`, stdlib
 only) and the answers are described here. Paths come in groups, each a function.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES
+from ...protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES
+from ..policies.model import POLICY
+from ..views.serialisers import LIST_COLUMNS
+from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
 from .bodyspec import Body
-from .policies.model import POLICY
-from .routes.bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
-from .views import LIST_COLUMNS
 
 __all__ = ["openapi_document"]
 

@@ -8,13 +8,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import LIMITS
+from ....protocol import LIMITS
+from ...services import blocking
+from ...store import AuditEntry
 from ..auth import mint_token
+from ..bodies import TOKEN_REQUEST, read_declared
 from ..errors import ApiError
-from ..services import blocking
-from ..store import AuditEntry
-from .bodies import TOKEN_REQUEST, read_declared
-from .common import check_name, hash_token, identify, require, services
+from ..request import check_name, hash_token, identify, require, services
 
 __all__ = ["routes"]
 

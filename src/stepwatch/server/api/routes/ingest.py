@@ -1,7 +1,7 @@
 """Ingest's routes: the native report endpoint and the Kubeflow Trainer status endpoint (KEP-2779).
 
 They parse, authorise and answer; the report's trip itself (write, estimates, health, policies,
-publish) is the ingest service's (:mod:`..ingest.service`).
+publish) is the ingest service's (:mod:`...ingest.service`).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import ProtocolError, Report, ReportResponse, TrainerStatus
+from ....protocol import ProtocolError, Report, ReportResponse, TrainerStatus
+from ...ingest.service import ingest_report, ingest_status
+from ...services import Services
+from ...store import Job, MetricLimitError
 from ..errors import ApiError
-from ..ingest.service import ingest_report, ingest_status
+from ..request import decode_json, read_body, read_json, require_writer, services
 from ..responses import FastJSONResponse
-from ..services import Services
-from ..store import Job, MetricLimitError
-from .common import decode_json, read_body, read_json, require_writer, services
 from .pod_tokens import job_for_pod, pod_bearer
 
 __all__ = ["routes"]

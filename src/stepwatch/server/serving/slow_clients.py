@@ -26,7 +26,7 @@ import json
 import logging
 from typing import Any
 
-from .errors import error_body
+from ..api.errors import error_body
 
 __all__ = ["LINGER_IDLE_S", "LINGER_S", "MAX_HEAD_BYTES", "protocol_class"]
 

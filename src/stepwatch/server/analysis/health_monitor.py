@@ -1,6 +1,6 @@
-"""Health of live jobs: one :class:`~.analysis.health.HealthTracker` per job, fed at ingest, swept for stalls.
+"""Health of live jobs: one :class:`~.health.HealthTracker` per job, fed at ingest, swept for stalls.
 
-The analysis is pure (``analysis/health.py``); this module keeps a tracker per live job, feeds it
+The analysis is pure (:mod:`.health`); this module keeps a tracker per live job, feeds it
 each report as it is stored (the primary metric's windows from rank 0, every rank's step), asks
 it for a verdict, and records a change of health in the store (an event with the evidence) and on
 the live stream. A stalled job sends nothing, so :meth:`HealthMonitor.sweep` asks every tracked
@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..protocol import GpuReading
-from .analysis.health import HealthParams, HealthTracker, Verdict
-from .ingest.publish import publish_events, publish_job
-from .live import Broadcaster
-from .store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
-from .store.base import FINAL_STATES
+from ...protocol import GpuReading
+from ..ingest.publish import publish_events, publish_job
+from ..live.broadcaster import Broadcaster
+from ..store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
+from ..store.base import FINAL_STATES
+from .health import HealthParams, HealthTracker, Verdict
 
 __all__ = [
     "EVAL_METRICS",

@@ -10,10 +10,10 @@ import anyio
 from starlette.requests import Request
 
 from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
-from ..auth import Identity, forbidden, hash_token
-from ..errors import ApiError
 from ..services import Services, blocking
 from ..store import Job
+from .auth import Identity, forbidden, hash_token
+from .errors import ApiError
 
 try:
     import orjson

@@ -11,8 +11,8 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from .analysis import estimate_eta
-from .store import Job, ProgressSample, Store
+from ..analysis import estimate_eta
+from ..store import Job, ProgressSample, Store
 
 __all__ = [
     "ESTIMATE_EVERY_S",

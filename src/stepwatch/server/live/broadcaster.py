@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .memory import release_memory_soon
+from ..serving.memory import release_memory_soon
 
 __all__ = ["Broadcaster", "TooManyStreams", "Update"]
 

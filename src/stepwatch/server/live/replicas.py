@@ -1,7 +1,7 @@
 """Live updates across replicas: what one server process publishes, every other one publishes too.
 
 Several server processes on one PostgreSQL database each serve their own live stream (a
-:class:`~.live.Broadcaster` per process). A report ingested by one replica must reach the dashboards
+:class:`~.broadcaster.Broadcaster` per process). A report ingested by one replica must reach the dashboards
 connected to the others, so the bridge sends every update published locally as a notification on
 the database's live channel (``pg_notify``; an update larger than a notification's 8,000 bytes goes
 through a table and the notification names its row), and publishes what the other replicas sent to
@@ -28,11 +28,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .live import Broadcaster, Update
-from .store import Store, StoreError
+from ..store import Store, StoreError
+from .broadcaster import Broadcaster, Update
 
 if TYPE_CHECKING:
-    from .store.postgres import PostgresStore
+    from ..store.postgres import PostgresStore
 
 __all__ = ["ReplicaBridge", "bridge_for"]
 

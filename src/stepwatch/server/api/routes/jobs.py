@@ -10,25 +10,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...protocol import LIMITS, is_valid_metric_name
+from ....protocol import LIMITS, is_valid_metric_name
+from ...ingest.publish import publish_events, publish_job
+from ...ingest.service import review
+from ...services import blocking
+from ...store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Job, JobFilter
+from ...views.history import downsampled
+from ...views.serialisers import event_view, job_view
+from ..bodies import COMMAND_REQUEST, REGISTRATION, STATE_CHANGE, read_declared
 from ..errors import ApiError
-from ..history import downsampled
-from ..ingest.publish import publish_events, publish_job
-from ..ingest.service import review
+from ..request import check_name, hash_token, identify, require, require_job, require_writer, services
 from ..responses import FastJSONResponse
-from ..services import blocking
-from ..store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Job, JobFilter
-from ..views import event_view, job_view
-from .bodies import COMMAND_REQUEST, REGISTRATION, STATE_CHANGE, read_declared
-from .common import (
-    check_name,
-    hash_token,
-    identify,
-    require,
-    require_job,
-    require_writer,
-    services,
-)
 from .policies import policy_view, read_policy
 
 __all__ = ["routes"]

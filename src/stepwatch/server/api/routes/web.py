@@ -22,11 +22,11 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..services import blocking
+from ...services import blocking
 
 __all__ = ["WEB_DIR", "charting_library_path", "routes"]
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 """The dashboard's own files (``index.html``, ``app.css``, ``js/*.js``)."""
 
 _MISSING_LIBRARY = "window.STEPWATCH_NO_CHARTS = \"charts need the plotly package: pip install 'stepwatch[server]'\";\n"

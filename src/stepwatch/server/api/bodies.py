@@ -1,4 +1,4 @@
-"""The request bodies of the native API, each declared once (see :mod:`..bodyspec`): the routes read them
+"""The request bodies of the native API, each declared once (see :mod:`.bodyspec`): the routes read them
 with :func:`read_declared`, ``/openapi.json`` shows them (:data:`DECLARED`). A policy layer's declaration
 is :data:`..policies.model.POLICY`: settings and stored policies are read with it too.
 
@@ -13,12 +13,12 @@ from typing import Any
 from starlette.requests import Request
 
 from ...protocol import COMMAND_KINDS, LIMITS, validate_params
-from ..bodyspec import Body, BodyError, Field
-from ..errors import ApiError
 from ..policies.model import POLICY
 from ..store import ROLES
 from ..store.access import ALL_NAMESPACES
-from .common import read_json
+from .bodyspec import Body, BodyError, Field
+from .errors import ApiError
+from .request import read_json
 
 __all__ = [
     "COMMAND_REQUEST",

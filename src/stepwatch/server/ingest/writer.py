@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .store import IngestResult, PendingReport, StoreError
+from ..store import IngestResult, PendingReport, StoreError
 
 __all__ = ["ReportWriter"]
 

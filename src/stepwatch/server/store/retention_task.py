@@ -1,6 +1,6 @@
 """The retention task of a running server: compaction by age and by namespace quota, in bounded passes.
 
-Every ``retention_sweep_s`` seconds the server runs passes of :meth:`~.store.Store.compact` (each
+Every ``retention_sweep_s`` seconds the server runs passes of :meth:`~.base.Store.compact` (each
 deletes at most :data:`PASS_BUDGET` rows in per-job transactions, in a worker thread) until there is
 nothing left, with a short sleep between passes so ingest gets the writer in between. Ingest is
 never refused for a quota: a namespace over it has its oldest raw windows compacted at the next
@@ -14,12 +14,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from .settings import ServerSettings
-from .store import Compaction, Store
+from ..settings import ServerSettings
+from .base import Compaction, Store
 
-__all__ = ["DAY_S", "PASS_BUDGET", "compact_now", "start", "sweep_forever"]
+# Compaction is what a run of passes returns: named here so that ``stepwatch db compact`` needs this module only
+__all__ = ["DAY_S", "PASS_BUDGET", "Compaction", "compact_now", "start", "sweep_forever"]
 
-_log = logging.getLogger("stepwatch.server.retention")
+_log = logging.getLogger("stepwatch.server.retention")  # its name from before it moved: log configs name it
 
 DAY_S = 86_400.0
 PASS_BUDGET = 20_000

@@ -13,7 +13,7 @@ choices or pattern, and a description::
 ``read`` checks a decoded JSON body and returns every declared field's value (the default where it is
 absent or null; numbers as floats, times as Unix seconds), or raises :class:`BodyError` naming the field
 at fault with a sentence that says what it must be. The server's bodies are declared in
-:mod:`.routes.bodies` (a policy's in :mod:`.policies.model`). The report and the Kubeflow status are not
+:mod:`.bodies` (a policy's in :mod:`..policies.model`). The report and the Kubeflow status are not
 declared here: they are the wire format, :mod:`stepwatch.protocol`'s, stdlib only.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from ..protocol import ProtocolError
+from ...protocol import ProtocolError
 
 __all__ = ["Body", "BodyError", "Field", "FieldType"]
 

@@ -9,12 +9,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..analysis.cost import Cost, CostTotals, totals
+from ...analysis.cost import Cost, CostTotals, totals
+from ...services import blocking
+from ...store import Job, JobFilter
+from ...views.serialisers import cost_of, remaining_seconds, saved_by_policy
 from ..errors import ApiError
-from ..services import blocking
-from ..store import Job, JobFilter
-from ..views import cost_of, remaining_seconds, saved_by_policy
-from .common import check_name, identify, require, services
+from ..request import check_name, identify, require, services
 
 __all__ = ["routes"]
 

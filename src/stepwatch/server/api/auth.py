@@ -34,10 +34,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..protocol import is_valid_name
+from ...protocol import is_valid_name
+from ..store import ROLES, ApiToken, Store
+from ..store.access import ALL_NAMESPACES
 from .errors import ApiError
-from .store import ROLES, ApiToken, Store
-from .store.access import ALL_NAMESPACES
 
 __all__ = [
     "AUTH_MODES",

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from ..protocol import INT32_MAX, MetricWindow, encode_float, format_rfc3339
-from .analysis.cost import Cost, job_cost
-from .store import Event, Job
+from ...protocol import INT32_MAX, MetricWindow, encode_float, format_rfc3339
+from ..analysis.cost import Cost, job_cost
+from ..store import Event, Job
 
 __all__ = [
     "COMPACT_METRICS",

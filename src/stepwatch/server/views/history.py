@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .analysis import downsample_columns
-from .store import SeriesColumns
-from .views import point_view
+from ..analysis import downsample_columns
+from ..store import SeriesColumns
+from .serialisers import point_view
 
 __all__ = ["downsampled"]
 

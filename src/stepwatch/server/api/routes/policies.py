@@ -8,14 +8,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ...ingest.publish import publish_events
+from ...ingest.service import review
+from ...policies import Policy, PolicyError, parse_policy
+from ...policies.enforce import checkpoint_advice
+from ...services import Services, blocking
+from ...store import Job
 from ..errors import ApiError
-from ..ingest.publish import publish_events
-from ..ingest.service import review
-from ..policies import Policy, PolicyError, parse_policy
-from ..policies.enforce import checkpoint_advice
-from ..services import Services, blocking
-from ..store import Job
-from .common import check_name, read_json, require, require_job, services
+from ..request import check_name, read_json, require, require_job, services
 
 __all__ = ["policy_view", "read_policy", "routes"]
 

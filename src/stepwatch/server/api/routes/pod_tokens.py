@@ -10,13 +10,13 @@ import secrets
 
 from starlette.requests import Request
 
-from ...protocol import is_valid_name
+from ....protocol import is_valid_name
+from ...ingest.publish import publish_job
+from ...runners.kubernetes.tokens import PodTokenError, looks_like_jwt
+from ...services import blocking
+from ...store import Job
 from ..errors import ApiError
-from ..ingest.publish import publish_job
-from ..runners.kubernetes.tokens import PodTokenError, looks_like_jwt
-from ..services import blocking
-from ..store import Job
-from .common import bearer_token, hash_token, services
+from ..request import bearer_token, hash_token, services
 
 __all__ = ["job_for_pod", "pod_bearer"]
 

@@ -1,1 +1,0 @@
-"""The routes of the server, one module per area: ingest, jobs, and the live stream with the API docs."""
