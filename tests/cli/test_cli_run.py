@@ -217,7 +217,7 @@ def test_a_demo_run_that_fails_says_why_and_the_demo_exits_1(tmp_path: Path) -> 
     )  # fmt: skip
     assert done.returncode == 1
     for name in ("fraud-converges", "fraud-diverges", "fraud-plateau", "fraud-hangs"):
-        said = f"stepwatch demo: {name} failed: python -m stepwatch.cli.demo_job: error: argument --step-delay: "
+        said = f"stepwatch demo: {name} failed: python -m stepwatch.cli.demo_training: error: argument --step-delay: "
         assert said + "must be >= 0, got -1.0 (log: " in done.stderr
     assert "Traceback" not in done.stderr
 

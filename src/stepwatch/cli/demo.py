@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             command = [
                 sys.executable, "-m", "stepwatch", "run", "--name", job, "--server", url, "--grace", "10",
                 *DEMO_GPUS, *POLICIES.get(job, []), "--",
-                sys.executable, "-m", "stepwatch.cli.demo_job", "--scenario", scenario,
+                sys.executable, "-m", "stepwatch.cli.demo_training", "--scenario", scenario,
                 "--steps", str(args.steps), "--step-delay", str(args.step_delay), "--hang-at", str(HANG_AT),
                 "--checkpoint-dir", str(workdir / job),
             ]  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepwatch.cli import demo_job
+from stepwatch.cli import demo_training
 from stepwatch.protocol import MetricWindow, Report
 from stepwatch.testing import ReportSink
 
@@ -40,7 +40,7 @@ def _args(scenario: str, steps: int, delay: float, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "stepwatch.cli.demo_job",
+        "stepwatch.cli.demo_training",
         "--scenario",
         scenario,
         "--steps",
@@ -216,8 +216,8 @@ def test_stop_command_checkpoints_and_exits_cleanly(tmp_path: Path) -> None:
     (checkpoint,) = tmp_path.glob("*.npz")
     with np.load(checkpoint) as saved:
         assert int(saved["step"]) == final.progress.step
-        assert saved["w1"].shape == (demo_job.N_FEATURES, demo_job.HIDDEN)
-        assert saved["w2"].shape == (demo_job.HIDDEN, 1)
+        assert saved["w1"].shape == (demo_training.N_FEATURES, demo_training.HIDDEN)
+        assert saved["w2"].shape == (demo_training.HIDDEN, 1)
     assert not sink.pending_commands  # acknowledged
 
 
@@ -250,13 +250,13 @@ def test_same_seed_same_losses() -> None:
     first = losses(7)
     assert losses(7) == first
     assert losses(8) != first
-    a, b = demo_job.make_data(7), demo_job.make_data(7)
+    a, b = demo_training.make_data(7), demo_training.make_data(7)
     assert np.array_equal(a.x_train, b.x_train)
     assert np.array_equal(a.y_eval, b.y_eval)
 
 
 def test_generated_data_are_imbalanced_and_standardised() -> None:
-    data = demo_job.make_data(0)
+    data = demo_training.make_data(0)
     assert data.x_train.shape == (16_000, 30)
     assert data.x_eval.shape == (4_000, 30)
     positives = (data.y_train.sum() + data.y_eval.sum()) / 20_000
@@ -273,24 +273,24 @@ def test_auc_matches_pairwise_count() -> None:
     pos, neg = scores[y == 1], scores[y == 0]
     pairs = list(itertools.product(pos, neg))
     expected = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs) / len(pairs)
-    assert demo_job.roc_auc(y, scores) == pytest.approx(expected)
-    assert demo_job.roc_auc(y, np.where(y == 1, 1.0, 0.0).astype(np.float32)) == 1.0
-    assert np.isnan(demo_job.roc_auc(y, np.full(300, np.nan, dtype=np.float32)))
-    assert np.isnan(demo_job.roc_auc(np.zeros(3, dtype=np.float32), np.arange(3, dtype=np.float32)))
+    assert demo_training.roc_auc(y, scores) == pytest.approx(expected)
+    assert demo_training.roc_auc(y, np.where(y == 1, 1.0, 0.0).astype(np.float32)) == 1.0
+    assert np.isnan(demo_training.roc_auc(y, np.full(300, np.nan, dtype=np.float32)))
+    assert np.isnan(demo_training.roc_auc(np.zeros(3, dtype=np.float32), np.arange(3, dtype=np.float32)))
 
 
 def test_precision_at_recall() -> None:
     y = np.array([1, 0, 1, 0, 0, 1, 0, 1, 0, 0], dtype=np.float32)
     scores = np.arange(10, 0, -1).astype(np.float32)  # ranked as listed
     # 80% of 4 positives -> 4 (ceil 3.2): the 4th positive is at rank 8, precision 4/8
-    assert demo_job.precision_at_recall(y, scores) == pytest.approx(0.5)
+    assert demo_training.precision_at_recall(y, scores) == pytest.approx(0.5)
     # 50% -> 2 positives: at rank 3, precision 2/3
-    assert demo_job.precision_at_recall(y, scores, recall=0.5) == pytest.approx(2 / 3)
+    assert demo_training.precision_at_recall(y, scores, recall=0.5) == pytest.approx(2 / 3)
 
 
 def test_gradients_match_finite_differences() -> None:
-    data = demo_job.make_data(0, n=400)
-    model = demo_job.Model(demo_job.N_FEATURES, 8, np.random.default_rng(0))
+    data = demo_training.make_data(0, n=400)
+    model = demo_training.Model(demo_training.N_FEATURES, 8, np.random.default_rng(0))
     model.params = {k: v.astype(np.float64) for k, v in model.params.items()}
     x, y = data.x_train[:64].astype(np.float64), data.y_train[:64].astype(np.float64)
     y[:3] = 1.0  # a few positives in the batch

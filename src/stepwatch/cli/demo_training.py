@@ -1,7 +1,7 @@
-"""A demo training job: a real small fraud-detection-like classifier, trained in NumPy, reporting to stepwatch.
+"""The demo's training program: a real small fraud-detection-like classifier, trained in NumPy, reporting to stepwatch.
 
     STEPWATCH_URL=http://127.0.0.1:8642 STEPWATCH_JOB=fraud-converge \\
-        python -m stepwatch.cli.demo_job --scenario converge
+        python -m stepwatch.cli.demo_training --scenario converge
 
 The data are generated from the seed: 20,000 tabular samples with 30 features, 2 % positives, of which
 a few features carry the signal (shifted means, one wider spread). The model is a one-hidden-layer MLP
@@ -394,7 +394,7 @@ def train(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m stepwatch.cli.demo_job",
+        prog="python -m stepwatch.cli.demo_training",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
