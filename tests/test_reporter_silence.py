@@ -36,6 +36,7 @@ def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and text in r.getMessage()]
 
 
+@pytest.mark.slow  # waits out real retry backoffs (3.5 s)
 @pytest.mark.parametrize("where", ["answers 500", "nothing listening"])
 def test_a_reporter_that_never_gets_through_warns_once_then_sums_up(
     where: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
@@ -69,6 +70,7 @@ def test_a_reporter_that_gets_through_says_nothing(
     assert not _lines(caplog, "was accepted for") and not _lines(caplog, "not everything reached")
 
 
+@pytest.mark.slow  # waits out real retry backoffs (3.5 s)
 def test_a_server_that_stops_answering_midway_is_told_once(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

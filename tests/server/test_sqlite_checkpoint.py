@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stepwatch.protocol import Report
 from stepwatch.server.store import IngestResult, PendingReport, SQLiteStore
 from stepwatch.server.store.sqlite_checkpoint import WalCheckpointer
@@ -80,6 +82,7 @@ def write_without_a_pause(path: Path, seconds: float, restart_frames: int) -> tu
     return commits, longest, checkpointer
 
 
+@pytest.mark.perf  # a same-run throughput ratio (median of three tries): it wants a quiet machine
 def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path: Path) -> None:
     """Frames per commit at the log's longest, with the restart and without it (the baseline, in this run).
 
