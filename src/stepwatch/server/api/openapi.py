@@ -7,9 +7,10 @@ only) and the answers are described here. Paths come in groups, each a function.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ...protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES
+from ...protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES, Progress
 from ..policies.model import POLICY
 from ..views.serialisers import LIST_COLUMNS
 from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
@@ -89,19 +90,7 @@ _WIRE_SCHEMAS: dict[str, Any] = {
             "progress": {
                 "type": "object",
                 "properties": {
-                    k: {"type": "number", "minimum": 0}
-                    for k in (
-                        "step",
-                        "total_steps",
-                        "epoch",
-                        "total_epochs",
-                        "samples",
-                        "steps_per_second",
-                        "samples_per_second",
-                        "step_time",
-                        "eta_seconds",
-                        "phase_seconds",
-                    )
+                    f.name: {"type": "number", "minimum": 0} for f in dataclasses.fields(Progress) if f.name != "phase"
                 }
                 | {"phase": {"type": "string", "enum": list(PHASES)}},
             },
