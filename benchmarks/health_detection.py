@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from stepwatch.server.analysis.health import HealthParams, HealthTracker
 
 RATE = 4.0  # steps per second
+SCALE = 1.0  # --shape time: the curves' step constants x rate / 4 (each job's curve in seconds as at 4 steps/s)
 INTERVAL = 2.0  # seconds between reports
 BAD = {"stalled", "not_learning", "diverging", "straggling"}
 
@@ -192,7 +193,7 @@ def _base(rng: np.random.Generator, total: int, noise: float = 0.05) -> tuple[np
     a = float(rng.uniform(1.5, 2.5))
     b = float(rng.uniform(4.0, 8.0))
     alpha = float(rng.uniform(0.4, 0.8))
-    s0 = float(rng.uniform(50, 300))
+    s0 = float(rng.uniform(50, 300)) * SCALE
     lr = np.ones(total)
     progress = np.cumsum(lr)
     clean = a + b * (1 + progress / s0) ** -alpha
@@ -210,7 +211,7 @@ def _scheduled_loss(
     """Loss driven by the cumulative learning rate of a warm-up (5 %) then a cosine or linear decay to
     ``floor`` (noise scales with the learning rate); the loss, its noise-free curve and its noise per step."""
     a, b = float(rng.uniform(1.5, 2.5)), float(rng.uniform(4.0, 8.0))
-    alpha, s0 = float(rng.uniform(0.4, 0.8)), float(rng.uniform(50, 300))
+    alpha, s0 = float(rng.uniform(0.4, 0.8)), float(rng.uniform(50, 300)) * SCALE
     steps = np.arange(total, dtype=float)
     warm = max(total // 20, 1)
     frac = (steps - warm) / (total - warm)
@@ -303,7 +304,7 @@ def with_signals(
     base = truth if truth is not None else job.clean
     if base is None:
         return job
-    every = every or int(rng.choice([250, 500, 1000]))
+    every = every or round(int(rng.choice([250, 500, 1000])) * SCALE)
     steps = np.arange(every, total + 1, every)
     at = base[steps - 1]
     if job.direction == "max":
@@ -331,18 +332,20 @@ def healthy_curves(seed: int, total: int) -> list[Job]:
     jobs.append(with_signals(Job("warm-up + cosine decay to 2 %", loss, seed=seed, clean=clean, noise=sigma), sig, lr))
     loss, clean = _base(rng, total)
     spikes = np.ones(total)
-    for s in range(500, total, 500):
-        spikes[s : s + 40] = 1.4  # the training loss right after an evaluation
-    job = Job("eval spikes + 60 s eval pauses", loss * spikes, eval_every=2000, eval_seconds=60, seed=seed, clean=clean)
-    jobs.append(with_signals(job, sig, every=2000))  # the evaluations are the pauses
+    gap, width = round(500 * SCALE), round(40 * SCALE)
+    for s in range(gap, total, gap):
+        spikes[s : s + width] = 1.4  # the training loss right after an evaluation
+    every = round(2000 * SCALE)
+    job = Job("eval spikes + 60 s eval pauses", loss * spikes, eval_every=every, eval_seconds=60, seed=seed, clean=clean)
+    jobs.append(with_signals(job, sig, every=every))  # the evaluations are the pauses
     loss, clean = _base(rng, total)
     model = np.ones(total)
-    for s in rng.choice(np.arange(total // 5, total - 500), size=4, replace=False):
+    for s in rng.choice(np.arange(total // 5, total - round(500 * SCALE)), size=4, replace=False):
         k = np.arange(total - s)
-        loss[s:] *= 1 + 1.5 * np.exp(-k / 60.0)  # a loss spike of 2.5x that recovers in a few hundred steps
-        model[s:] *= 1 + 1.5 * np.exp(-k / 60.0)  # the model itself is worse meanwhile
+        loss[s:] *= 1 + 1.5 * np.exp(-k / (60.0 * SCALE))  # a loss spike of 2.5x that recovers in a few hundred steps
+        model[s:] *= 1 + 1.5 * np.exp(-k / (60.0 * SCALE))  # the model itself is worse meanwhile
     jobs.append(with_signals(Job("loss spikes that recover", loss, seed=seed, clean=clean), sig, truth=clean * model))
-    acc_clean = 0.95 - 0.85 * (1 + np.arange(total) / 300) ** -0.6
+    acc_clean = 0.95 - 0.85 * (1 + np.arange(total) / (300 * SCALE)) ** -0.6
     acc = np.clip(acc_clean + rng.normal(0, 0.02, total), 0, 1)
     job = Job("accuracy rising (max)", acc, direction="max", seed=seed, clean=acc_clean, noise=0.02)
     jobs.append(with_signals(job, sig))
@@ -373,9 +376,9 @@ def faulty_curves(seed: int, total: int) -> list[Job]:
     clean = clean.copy()
     clean[at:] = clean[at]
     jobs.append(with_signals(Job("plateau: flat after N steps", flat, "not_learning", at, seed=seed, clean=clean), sig))
-    acc_clean = 0.95 - 0.85 * (1 + np.arange(total) / 300) ** -0.6
+    acc_clean = 0.95 - 0.85 * (1 + np.arange(total) / (300 * SCALE)) ** -0.6
     acc = np.clip(acc_clean + rng.normal(0, 0.02, total), 0, 1)
-    acc[at:] = acc[at - 200 : at].mean() + rng.normal(0, 0.02, total - at)
+    acc[at:] = acc[at - round(200 * SCALE) : at].mean() + rng.normal(0, 0.02, total - at)
     acc_clean[at:] = acc_clean[at]
     job = Job(
         "plateau: accuracy stuck (max)",
@@ -395,7 +398,7 @@ def faulty_curves(seed: int, total: int) -> list[Job]:
     )
     blow, clean = _base(rng, total)
     grow = np.ones(total)
-    grow[at:] = np.exp(np.arange(total - at) / 400.0)
+    grow[at:] = np.exp(np.arange(total - at) / (400.0 * SCALE))
     blow *= grow
     jobs.append(
         with_signals(Job("blow-up (x e every 400 steps)", blow, "diverging", at, seed=seed), sig, truth=clean * grow)
@@ -568,10 +571,10 @@ def target(name: str, planned: float) -> float | None:
     return None
 
 
-def _simulate(task: tuple[str, int, int, str, str, bool, float]) -> list[tuple[str, Outcome]]:
+def _simulate(task: tuple[str, int, int, str, str, bool, float, float]) -> list[tuple[str, Outcome]]:
     """Run one seed's jobs of one kind (a worker process)."""
-    global RATE
-    kind, seed, total, signals, knobs, phase, RATE = task
+    global RATE, SCALE
+    kind, seed, total, signals, knobs, phase, RATE, SCALE = task
     params = HealthParams(**json.loads(knobs)) if knobs else None
     if kind == "healthy":
         jobs = healthy_curves(seed, total)
@@ -693,6 +696,14 @@ def _parser() -> argparse.ArgumentParser:
         "--minutes", default="", help="planned durations of the jobs, comma-separated (default: 50,150)"
     )
     parser.add_argument(
+        "--shape",
+        choices=("steps", "time"),
+        default="steps",
+        help="steps: the curves' constants (power-law scale, spike and evaluation spacing) are in steps, as at 4"
+        " steps/s; time: they scale with --rate, so a faster job has the same curve in seconds and more steps of"
+        " evidence (at 50 steps/s, 'steps' evaluates for 60 s after every 40 s of training)",
+    )
+    parser.add_argument(
         "--no-phase",
         action="store_true",
         help="evaluation pauses are not announced (progress.phase), as before the integrations sent it",
@@ -725,9 +736,12 @@ def main(argv: list[str] | None = None) -> int:
     phase = not args.no_phase
     print("evaluation pauses: " + ("announced (progress.phase)" if phase else "not announced (--no-phase)"))
     rate = args.rate
-    tasks = [("healthy", seed, total, signals, args.params, phase, rate) for total in totals for seed in seeds]
-    tasks += [("faulty", seed, total, signals, args.params, phase, rate) for total in totals for seed in seeds]
-    tasks += [("real", seed, 12_000, signals, args.params, phase, RATE) for seed in real_seeds]
+    scale = rate / RATE if args.shape == "time" else 1.0
+    if args.shape == "time":
+        print(f"curves shaped in time: their step constants x {scale:g} (each curve in seconds as at {RATE:g} steps/s)")
+    tasks = [("healthy", seed, total, signals, args.params, phase, rate, scale) for total in totals for seed in seeds]
+    tasks += [("faulty", seed, total, signals, args.params, phase, rate, scale) for total in totals for seed in seeds]
+    tasks += [("real", seed, 12_000, signals, args.params, phase, RATE, 1.0) for seed in real_seeds]
     healthy: dict[str, list[Outcome]] = {}
     faulty: dict[str, list[Outcome]] = {}
     group_of = {seed: i for i, group in enumerate(groups) for seed in group}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import math
 import statistics
 import subprocess
@@ -167,14 +168,17 @@ def blowup_job(module: ModuleType, growth: float, seed: int) -> dict[str, Any]:
     return {"lead": None}
 
 
-def plateau_job(module: ModuleType, minutes: float, rate: float, seed: int, signals: bool = False) -> float | None:
+def plateau_job(
+    module: ModuleType, minutes: float, rate: float, seed: int, signals: bool = False, knobs: dict[str, Any] | None = None
+) -> float | None:
     """A loss flat from its 5th second (5 % noise per step) in a job planned for ``minutes`` at ``rate``
     steps/s, reporting every 2 s: when ``not_learning`` comes, as a share of the planned duration
-    (``None``: not within 40 % of it). ``signals``: it also reports a constant learning rate."""
+    (``None``: not within 40 % of it). ``signals``: it also reports a constant learning rate; ``knobs``:
+    health knobs for the tracker (this tree's only)."""
     rng = np.random.default_rng(seed)
     planned = minutes * 60.0
     total = round(planned * rate)
-    tracker = module.HealthTracker()
+    tracker = module.HealthTracker(module.HealthParams(**knobs)) if knobs else module.HealthTracker()
     t0 = t = 1000.0
     step = 0
     while t - t0 < 0.4 * planned:
@@ -211,7 +215,7 @@ def _row(label: str, values: list[float | None], target: float | None = None) ->
     return f"{label:44} {len(found):3d}/{len(values):<3d} {med:8.1f} {worst:8.1f} {within:>8}"
 
 
-def plateau_rows(before: ModuleType, rev: str, seeds: range) -> None:
+def plateau_rows(before: ModuleType, rev: str, seeds: range, knobs: dict[str, Any] | None = None) -> None:
     """Plateau delay as a share of the planned duration (target: 10 %, at most 15 min), before and now."""
     print("plateau: a loss flat from its 5th second; not_learning at what share of the planned duration")
     print(f"(before: the tracker of {rev}; {len(seeds)} jobs per row; target 10 % of planned, at most 15 min)")
@@ -220,7 +224,8 @@ def plateau_rows(before: ModuleType, rev: str, seeds: range) -> None:
         for rate in (50.0, 4.0):
             target = min(0.10, 900.0 / (minutes * 60.0))
             for which, module in (("before", before), ("now", now_health)):
-                shares = [plateau_job(module, minutes, rate, s) for s in seeds]
+                mine = knobs if module is now_health else None
+                shares = [plateau_job(module, minutes, rate, s, knobs=mine) for s in seeds]
                 found = [x for x in shares if x is not None]
                 med = statistics.median(found) if found else math.nan
                 worst = max(found) if found else math.nan
@@ -241,10 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         "--plateau-before", default="bb17486", help="the commit whose tracker is 'before' in the plateau rows"
     )
     parser.add_argument("--only", choices=("all", "stalls", "plateaus"), default="all", help="which rows to run")
+    parser.add_argument("--params", default="", help='health knobs for the plateau rows\' "now", as JSON')
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.only != "stalls":
-        plateau_rows(load_before(args.plateau_before), args.plateau_before, range(args.jobs))
+        knobs = json.loads(args.params) if args.params else None
+        plateau_rows(load_before(args.plateau_before), args.plateau_before, range(args.jobs), knobs)
     if args.only == "plateaus":
         print(f"\n(ran in {time.perf_counter() - started:.1f} s)")
         return 0

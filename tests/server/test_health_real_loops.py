@@ -1,8 +1,10 @@
 """Health of real training loops under `stepwatch run`, read back from the API of a real server:
 a loop whose data loader thread deadlocks (the reporter thread keeps reporting, the step stands) is
 flagged stalled and ends stalled; a NumPy loop whose loss climbs is flagged diverging before its loss
-turns non-finite. The server runs with small time constants through its own settings
-(``health``, ``health_sweep_s``), so the tests take seconds, not minutes."""
+turns non-finite; a fast SGD loop whose learning rate is a typo is flagged not_learning within a
+tenth of its plan. The server runs with small stall time constants through its own settings
+(``health``, ``health_sweep_s``), so those tests take seconds; the plateau test keeps the default
+plateau knobs and takes about 100 s (the figure it checks is a share of a 20 min plan)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import pytest
 
 from stepwatch.testing.server import LocalServer
 
-pytestmark = pytest.mark.slow  # real training loops in subprocesses, waiting for verdicts: ~20 s
+pytestmark = pytest.mark.slow  # real training loops in subprocesses, waiting for verdicts: ~2 min
 
 FLOOR_S = 3.0
 KNOBS = {"standstill_floor_s": FLOOR_S, "stall_floor_s": 2.0, "startup_s": 5.0}
@@ -150,3 +152,52 @@ def test_a_numpy_loop_whose_loss_climbs_is_diverging_before_nan(server: str, tmp
     assert evidence["rule"] in ("orders", "growth") and evidence["step"] < nan_step, (evidence, nan_step)
     assert evidence["observed"] > 10 * evidence["best"] and evidence["since_step"] >= 150
     assert _job(server, "climb")["health"]["state"] == "diverging"
+
+
+SGD = """
+import numpy as np, time, stepwatch
+rng = np.random.default_rng(0)
+w_true = rng.normal(size=16)
+w = np.zeros(16)
+run = stepwatch.init(total_steps=TOTAL)
+for step in range(1, TOTAL + 1):
+    x = rng.normal(size=(32, 16))
+    y = x @ w_true + rng.normal(scale=0.5, size=32)
+    err = x @ w - y
+    run.step(loss=float(np.mean(err ** 2)))
+    w -= LR * (x.T @ err / 32)
+    time.sleep(0.004)   # about 200 steps a second: a fast job
+"""
+
+
+def test_a_fast_real_loop_that_never_learns_is_not_learning_within_a_tenth_of_its_plan(
+    server: str, tmp_path: Path
+) -> None:
+    """Issue 19, item 5, with a real loop: minibatch SGD of a linear model at about 200 steps/s,
+    planned for 240,000 steps (about 20 min at that pace), whose learning rate is a typo (1e-9): its
+    loss is flat from the first step. Under the default plateau knobs it must be flagged within 10 %
+    of its plan, as the server measures the plan (total steps over its own pace), with 20 % slack for
+    a loaded machine; the same loop with a working learning rate (2e-5: still learning for minutes) is
+    not flagged meanwhile."""
+    total = 240_000
+    procs = {}
+    for name, lr in (("typo", 1e-9), ("learns", 2e-5)):
+        script = tmp_path / f"{name}.py"
+        script.write_text(f"TOTAL = {total}\nLR = {lr!r}\n" + SGD)
+        procs[name] = _run(server, name, script)
+    started = time.monotonic()
+    try:
+        found = _wait(server, "typo", "not_learning", timeout=300)
+        delay = time.monotonic() - started
+        pace = found["progress"]["step"] / delay  # steps a second, as the server sees them (roughly)
+        planned = total / pace
+        evidence = found["health"]["evidence"]
+        assert delay <= 0.12 * planned, (delay, planned, evidence)
+        assert evidence["metric"] == "loss" and "has not improved" in evidence["message"], evidence
+        learns = _job(server, "learns")
+        assert learns["health"]["state"] == "healthy", learns["health"]
+    finally:
+        for process in procs.values():
+            process.send_signal(signal.SIGINT)
+        for process in procs.values():
+            process.communicate(timeout=60)

@@ -89,13 +89,17 @@ def time_at(step: int) -> float:
 # which finds the plateau of 'flat from 6,000', seed 1, at step 6,784 instead of 7,096; and twice since:
 # change_z 2.5 with the hysteresis of change_keep_z 1.75 finds seed 0's at step 6,952 instead of
 # 9,400 (a confirmation no longer restarted by one test just under the threshold); the rest held.
+# Once more (issue 19, item 5): the first plateau block follows the window in force (it held the
+# first 12.5 s whatever the window), so every block boundary moved: the plateaus are found within 60
+# steps of before but for 'flat from 6,000', seed 1, now at step 9,392 (was 6,784); over the 96 such
+# jobs of benchmarks/health_detection.py 56 are found in time against 55 before (docs/health.md).
 LOSS_ONLY = [
     ("power law", power, 0, None),
     ("power law", power, 1, None),
-    ("flat from 3,000", flat_after(3000), 0, 4048),
-    ("flat from 3,000", flat_after(3000), 1, 4024),
-    ("flat from 6,000", flat_after(6000), 0, 6952),
-    ("flat from 6,000", flat_after(6000), 1, 6784),
+    ("flat from 3,000", flat_after(3000), 0, 4064),
+    ("flat from 3,000", flat_after(3000), 1, 3968),
+    ("flat from 6,000", flat_after(6000), 0, 6992),
+    ("flat from 6,000", flat_after(6000), 1, 9392),
 ]
 
 
@@ -209,8 +213,13 @@ def test_a_learning_rate_at_zero_before_the_warm_up_ends_is_not_learning_after_i
     assert v.evidence["metric"] == "learning_rate"
 
 
-def test_a_learning_rate_that_decays_to_zero_at_the_schedules_end_is_not_flagged() -> None:
-    """Cosine to 0: under 0.1 % of the peak only in the last 2 % of the steps, where nothing new is raised."""
+@pytest.mark.parametrize("seed", range(3))
+def test_a_learning_rate_that_decays_to_zero_at_the_schedules_end_is_not_flagged(seed: int) -> None:
+    """Cosine to 0: under 0.1 % of the peak only in the last 2 % of the steps, where nothing new is
+    raised: the learning-rate rule never flags it. (The loss's own test may, where the loss is flat
+    within its noise in the schedule's tail before the last 5 %: 2 to 3 of 30 seeds of this curve
+    without an evaluation metric, depending on where the blocks fall; seed 0 is one since the first
+    block follows the window in force. What is asserted is the learning-rate rule.)"""
 
     def cosine(s: int) -> float:
         return 1e-3 * 0.5 * (1 + math.cos(math.pi * min(s / TOTAL, 1.0)))
@@ -218,9 +227,12 @@ def test_a_learning_rate_that_decays_to_zero_at_the_schedules_end_is_not_flagged
     area = [0.0]
     for s in range(1, TOTAL + 1):
         area.append(area[-1] + cosine(s) / 1e-3)
-    job = Job_(lambda s: 2.0 + 6.0 * (1 + area[s] / 200) ** -0.6, lr=cosine)
+    job = Job_(lambda s: 2.0 + 6.0 * (1 + area[s] / 200) ** -0.6, lr=cosine, seed=seed)
     simulate(job)
-    assert first(job) is None
+    by_lr = [(step, v.evidence) for _, step, v in job.verdicts if v.evidence.get("metric") == "learning_rate"]
+    assert by_lr == []
+    found = first(job)
+    assert found is None or found[1] < (1 - HealthParams().finish_fraction) * TOTAL  # nothing new at the end
 
 
 def test_learning_rate_area_and_zero() -> None:

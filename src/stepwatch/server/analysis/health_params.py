@@ -108,11 +108,18 @@ class HealthParams:
     """The first plateau window of a segment is tested once this share of it is in, when that share
     holds ``evidence_steps`` steps (a fast job flat from its start is seen at 0.75 + 0.4 window, not
     1.4 window); its gain is per window all the same, only its noise is larger."""
-    noise_keep_z: float = 2.0
+    evidence_confirm: float = 0.3
+    """The confirmation (a share of the window, as ``plateau_confirm``) of a test whose window holds
+    ``evidence_steps`` steps or more: each test of such a window is a mean of thousands of steps, so an
+    unlucky one is rarer and the confirmation guards less (0.3: a 20 min job at 50 steps/s flat from its
+    start is flagged at 7.6 % of its plan, median of 100, not 8.3 %; 6 of 960 healthy fast jobs flagged
+    against 0, see docs/health.md). Equal to ``plateau_confirm``: off."""
+    noise_keep_z: float = 3.0
     """While the plateau of a window of ``evidence_steps`` steps or more is being confirmed, an
     improvement under ``min_delta`` ends the confirmation only at this many standard errors (not
     ``noise_z``): the test runs once per block, and on a flat loss one test in forty reached 2 by
-    chance and sent the confirmation back to its start."""
+    chance and sent the confirmation back to its start (the worst 20 min job: 12.2 % of its plan with
+    2, 9.7 % with 3). ``noise_z``: off."""
     evidence_steps: int = 3000
     """Steps of evidence for ``plateau_first_share`` and ``noise_keep_z``: a job at 50 steps/s has 4,200
     in the 84 s window of a 20 min plan; the benchmark's jobs at 4 steps/s have 840-2,400 per window and

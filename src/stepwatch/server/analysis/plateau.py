@@ -109,8 +109,12 @@ class PlateauDetector:
         """
         self._step = step
         if self._t0 is None:
-            self._t0, self._span = t, self._window() / self.params.plateau_blocks
-            self._start = t
+            self._t0 = self._start = t
+        if not self._t:
+            # the first block follows the window in force: the window is not known until the pace is
+            # (600 s until then), and a first block of 600 s / 48 held a fast job's first 15 s, its
+            # start-up fall included, in one mean that biased its first tests towards "learning"
+            self._span = self._window() / self.params.plateau_blocks
         self._sum += mean * weight
         self._weight += weight
         self._n += 1
@@ -136,7 +140,7 @@ class PlateauDetector:
         self.test = test
         p = self.params
         window = test.window
-        confirm = p.plateau_confirm * window
+        confirm = (p.evidence_confirm if test.steps >= p.evidence_steps else p.plateau_confirm) * window
         # a plateau ends only on evidence: an improvement beyond the noise (1 % in noise of 2 % is
         # no evidence), held for the confirmation too (no flapping on one lucky test)
         holding = not self.flat and self._hold_t is not None and test.keeps_learning is not None
