@@ -336,7 +336,9 @@ def healthy_curves(seed: int, total: int) -> list[Job]:
     for s in range(gap, total, gap):
         spikes[s : s + width] = 1.4  # the training loss right after an evaluation
     every = round(2000 * SCALE)
-    job = Job("eval spikes + 60 s eval pauses", loss * spikes, eval_every=every, eval_seconds=60, seed=seed, clean=clean)
+    job = Job(
+        "eval spikes + 60 s eval pauses", loss * spikes, eval_every=every, eval_seconds=60, seed=seed, clean=clean
+    )
     jobs.append(with_signals(job, sig, every=every))  # the evaluations are the pauses
     loss, clean = _base(rng, total)
     model = np.ones(total)
@@ -711,6 +713,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tasks(
+    args: argparse.Namespace, seeds: list[int], totals: list[int], real_seeds: range, phase: bool
+) -> list[tuple[str, int, int, str, str, bool, float, float]]:
+    """The simulations to run: healthy and faulty curves per seed and length, and the recorded real runs."""
+    rate, signals = args.rate, args.signals
+    scale = rate / RATE if args.shape == "time" else 1.0
+    if args.shape == "time":
+        print(f"curves shaped in time: their step constants x {scale:g} (each curve in seconds as at {RATE:g} steps/s)")
+    tasks = [("healthy", seed, total, signals, args.params, phase, rate, scale) for total in totals for seed in seeds]
+    tasks += [("faulty", seed, total, signals, args.params, phase, rate, scale) for total in totals for seed in seeds]
+    tasks += [("real", seed, 12_000, signals, args.params, phase, RATE, 1.0) for seed in real_seeds]
+    return tasks
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.seeds:
@@ -736,12 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     phase = not args.no_phase
     print("evaluation pauses: " + ("announced (progress.phase)" if phase else "not announced (--no-phase)"))
     rate = args.rate
-    scale = rate / RATE if args.shape == "time" else 1.0
-    if args.shape == "time":
-        print(f"curves shaped in time: their step constants x {scale:g} (each curve in seconds as at {RATE:g} steps/s)")
-    tasks = [("healthy", seed, total, signals, args.params, phase, rate, scale) for total in totals for seed in seeds]
-    tasks += [("faulty", seed, total, signals, args.params, phase, rate, scale) for total in totals for seed in seeds]
-    tasks += [("real", seed, 12_000, signals, args.params, phase, RATE, 1.0) for seed in real_seeds]
+    tasks = _tasks(args, seeds, totals, real_seeds, phase)
     healthy: dict[str, list[Outcome]] = {}
     faulty: dict[str, list[Outcome]] = {}
     group_of = {seed: i for i, group in enumerate(groups) for seed in group}

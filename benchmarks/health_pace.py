@@ -169,7 +169,12 @@ def blowup_job(module: ModuleType, growth: float, seed: int) -> dict[str, Any]:
 
 
 def plateau_job(
-    module: ModuleType, minutes: float, rate: float, seed: int, signals: bool = False, knobs: dict[str, Any] | None = None
+    module: ModuleType,
+    minutes: float,
+    rate: float,
+    seed: int,
+    signals: bool = False,
+    knobs: dict[str, Any] | None = None,
 ) -> float | None:
     """A loss flat from its 5th second (5 % noise per step) in a job planned for ``minutes`` at ``rate``
     steps/s, reporting every 2 s: when ``not_learning`` comes, as a share of the planned duration

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -647,6 +648,32 @@ def test_a_first_window_of_thousands_of_steps_is_tested_before_it_is_whole() -> 
             assert share <= 0.10 and share < before, (minutes, seed, share, before)
     slow, _ = _flat_from_the_start(HealthParams(), 20, 8)
     assert slow == _flat_from_the_start(off, 20, 8)[0]
+
+
+def test_the_first_plateau_block_follows_the_window_in_force() -> None:
+    """Issue 19 item 5: the first block's length was set from the 600 s window assumed before the pace
+    was known (12.5 s: a fast job's first 8 reports, its start-up fall included, in one mean that biased
+    its first tests). It now closes at the window in force over ``plateau_blocks`` once the pace is
+    known: at 50 steps/s for 20 min that is 84 s / 48, so every block is one or two reports."""
+    sim = Sim(HealthTracker(), total=60_000)
+    for _ in range(10):  # 20 s of reports
+        sim.report(lambda s: 1.0 + 2.0 * math.exp(-s / 50), advance=100)
+    detector = sim.tr._plateau
+    assert sim.tr._plateau_window() == pytest.approx(84, rel=0.05)
+    assert len(detector) >= 5 and max(detector._w) <= 2, list(detector._w)
+
+
+def test_fast_jobs_flat_from_their_start_are_flagged_within_a_tenth_of_their_plan() -> None:
+    """Issue 19 item 5: a window of ``evidence_steps`` steps or more is confirmed in ``evidence_confirm``
+    (0.3) window and its confirmation ends only on 3 standard errors (``noise_keep_z``): 20 seeds of a
+    20 min job at 50 steps/s flat from its start are all flagged within 10 % of the plan, sooner than
+    with both knobs off (0.4 window, 2 standard errors), which left 2 of them late."""
+    off = HealthParams(evidence_confirm=0.4, noise_keep_z=2.0)
+    now = [_flat_from_the_start(HealthParams(), 20, 100, seed)[0] for seed in range(20)]
+    before = [_flat_from_the_start(off, 20, 100, seed)[0] for seed in range(20)]
+    assert None not in now and None not in before
+    assert sum(share <= 0.10 for share in now) == 20 > sum(share <= 0.10 for share in before)
+    assert statistics.median(now) < statistics.median(before)
 
 
 def test_a_long_jobs_warm_up_is_capped_so_a_plateau_from_its_start_is_found_within_15_minutes() -> None:

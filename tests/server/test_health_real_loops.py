@@ -192,6 +192,7 @@ def test_a_fast_real_loop_that_never_learns_is_not_learning_within_a_tenth_of_it
         pace = found["progress"]["step"] / delay  # steps a second, as the server sees them (roughly)
         planned = total / pace
         evidence = found["health"]["evidence"]
+        print(f"flagged after {delay:.1f} s of a {planned:.0f} s plan ({delay / planned:.1%}) at {pace:.0f} steps/s")
         assert delay <= 0.12 * planned, (delay, planned, evidence)
         assert evidence["metric"] == "loss" and "has not improved" in evidence["message"], evidence
         learns = _job(server, "learns")

@@ -81,7 +81,7 @@ class PlateauDetector:
         self._a = array("d")  # the learning-rate area at the block's end (NaN: no learning rate known)
         self._t0: float | None = None  # start of the current block
         self._start = math.inf  # the first window's time: the blocks cover the segment from there
-        self._span = 0.0  # its length (the plateau window over plateau_blocks when it began)
+        self._span = 0.0  # its length: the plateau window over plateau_blocks when it began (the first: in force)
         self._sum = 0.0
         self._weight = 0
         self._n = 0
