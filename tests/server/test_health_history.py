@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from stepwatch.client import Job
 from stepwatch.server.analysis.cost import wasted_seconds
 from stepwatch.server.store import Store
 from stepwatch.server.store.health_history import MAX_SPANS, next_history
@@ -58,6 +59,12 @@ def test_a_stall_that_recovers_keeps_its_span_and_its_cost(api: Any, make_report
     assert stalled["seconds"] == pytest.approx(62, abs=2.1) and stalled["rank"] == 0
     assert stalled["wasted"] > 0 and stalled["wasted"] == pytest.approx(stalled["seconds"] / 3600 * RATE)
     assert view["cost"]["wasted"] == pytest.approx(stalled["wasted"])  # recovered: the waste stays
+    # the SDK reads the same spans (``from``/``to`` are ``start``/``end``)
+    sdk = Job(view).health_history
+    assert sdk is not None and [s.state for s in sdk] == ["healthy", "stalled", "healthy"]
+    assert (sdk[1].start, sdk[1].end, sdk[1].since) == (stalled["from"], stalled["to"], stalled["since"])
+    assert (sdk[1].seconds, sdk[1].wasted, sdk[1].rank) == (stalled["seconds"], stalled["wasted"], 0)
+    assert sdk[1].message == stalled["message"] and "step" in sdk[1].message
 
     # ended: the history and the waste stay as they were
     api.clock.advance(2)

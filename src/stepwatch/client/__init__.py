@@ -43,7 +43,7 @@ from ._errors import (
     Unauthorized,
     WaitTimeout,
 )
-from ._job import Cost, Eta, Health, Job, JobList, Progress, Rank, Resources, Times, TrainerStatus
+from ._job import Cost, Eta, Health, HealthSpan, Job, JobList, Progress, Rank, Resources, Times, TrainerStatus
 from ._live import EventUpdate, JobUpdate, PointsUpdate, Resync, Update
 from ._models import (
     CommandSent,
@@ -77,6 +77,7 @@ __all__ = [
     "EventUpdate",
     "Forbidden",
     "Health",
+    "HealthSpan",
     "History",
     "HistoryRow",
     "IncompatibleServer",

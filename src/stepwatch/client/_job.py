@@ -149,6 +149,39 @@ class Health:
 
 
 @dataclass(frozen=True)
+class HealthSpan:
+    """One verdict a job had, kept after it recovers or ends: its state, when it was recorded
+    (``start``) and replaced (``end``: ``None`` while it stands), when the analysis says it began
+    (``since``: for ``not_learning`` the last real improvement, before ``start``), how long it stood,
+    what that time cost and how much of it was wasted (``None``: no price)."""
+
+    state: str
+    start: float | None = None
+    end: float | None = None
+    since: float | None = None
+    message: str = ""
+    rank: int | None = None
+    seconds: float | None = None
+    cost: float | None = None
+    wasted: float | None = None
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str = "health_history[]") -> HealthSpan:
+        """Read one item of a job's ``health_history`` (the API's ``from`` and ``to`` are ``start`` and ``end``)."""
+        return cls(
+            state=opt_str(obj, "state", where) or "unknown",
+            start=opt_float(obj, "from", where),
+            end=opt_float(obj, "to", where),
+            since=opt_float(obj, "since", where),
+            message=opt_str(obj, "message", where) or "",
+            rank=opt_int(obj, "rank", where),
+            seconds=opt_float(obj, "seconds", where),
+            cost=opt_float(obj, "cost", where),
+            wasted=opt_float(obj, "wasted", where),
+        )
+
+
+@dataclass(frozen=True)
 class Cost:
     """What a job costs (``None``: unknown, not free): rate per hour, spent, projected at the ETA, wasted, saved."""
 
@@ -309,7 +342,7 @@ class Job:
     """One job (its latest attempt, unless asked for another), as the server showed it when it answered.
 
     Identity is read at once; ``progress``, ``eta``, ``health``, ``cost``... at first access. A job read
-    with :meth:`Client.job` also has ``metric_names``, ``pending_commands``, ``policy`` and ``ranks``
+    with :meth:`Client.job` also has ``metric_names``, ``pending_commands``, ``policy``, ``ranks`` and ``health_history``
     (``None`` in lists).
     """
 
@@ -507,6 +540,18 @@ class Job:
         """Its policy: own layer, effective policy, what it did."""
         found = self._get("policy")
         return JobPolicy.from_dict(as_dict(found, "job.policy"), "job.policy") if found is not None else None
+
+    @property
+    def health_history(self) -> list[HealthSpan] | None:
+        """Every verdict it had, oldest first, with its span and cost (``None`` in lists)."""
+        items = self._get("health_history")
+        if items is None:
+            return None
+        where = "job.health_history"
+        return [
+            HealthSpan.from_dict(as_dict(s, f"{where}[{i}]"), f"{where}[{i}]")
+            for i, s in enumerate(as_list(items, where))
+        ]
 
     @property
     def ranks(self) -> list[Rank] | None:

@@ -165,7 +165,10 @@ _VIEW_SCHEMAS: dict[str, Any] = {
             "reported (the job's own: its Kubeflow client's estimatedRemainingSeconds as posted, or its report "
             "core's, counted down since it arrived), estimate (stepwatch's, from the recent rate; also in "
             "eta.estimate_seconds beside a reported one) or final. trainerStatus (full views) is the last "
-            "status an upstream Kubeflow client posted, as posted, or the job in that shape."
+            "status an upstream Kubeflow client posted, as posted, or the job in that shape. health_history "
+            "(full views) is every verdict the job had, oldest first, kept after it recovers or ends: state, "
+            "from and to (server times; to is null while it stands), since (when the analysis says it began), "
+            "message, rank where one is named, seconds it stood, its cost and what of it was wasted."
         ),
     },
     "JobList": {
