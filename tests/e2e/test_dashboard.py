@@ -385,3 +385,31 @@ def test_an_eta_a_kubeflow_client_posted_is_labelled_as_reported(page: Any, flee
     facts = page.locator("[data-testid=progress-facts]")
     facts.get_by_text("Time remaining (reported)").wait_for(timeout=10_000)
     assert "1h" in facts.inner_text() or "59m" in facts.inner_text(), facts.inner_text()
+
+
+def test_the_panel_keeps_every_verdict_the_job_had_and_shows_a_new_one_live(page: Any, fleet: Any, shot: Any) -> None:
+    """Issue 19 item 6 in the dashboard: a job that went NaN (diverging) and recovered keeps that span in
+    the panel's health history, with the time it stood and what it wasted, as the API and `stepwatch
+    describe` keep it; a verdict that comes while the panel is open appears there without a reload."""
+    fleet.register("spiky", total_steps=1000, gpus=2, gpu_hour_cost=3.0)
+    step = 0
+    for i in range(1, 4):
+        step += 10
+        fleet.report("spiky", step, {"loss": 1.0 / i}, total_steps=1000)
+    page.goto(fleet.url + "/")
+    page.click("a.job-link:text-is('spiky')")
+    page.wait_for_selector("#panel h2:text-is('spiky')")
+    assert page.locator("#panel [data-testid=health-history]").count() == 0  # only ever healthy: nothing to add
+    step += 10
+    fleet.report("spiky", step, {"loss": float("nan")}, total_steps=1000)
+    page.wait_for_selector("#panel [data-testid=health-history] td:has-text('Diverging')")  # live, no reload
+    for _ in range(12):  # finite windows: it recovers
+        step += 10
+        fleet.report("spiky", step, {"loss": 0.2}, total_steps=1000)
+    api = fleet.job("spiky")
+    assert [s["state"] for s in api["health_history"]] == ["healthy", "diverging", "healthy"], api["health_history"]
+    wait_js(page, "return document.querySelectorAll('#panel [data-testid=health-history] tbody tr').length === 3;")
+    rows = page.locator("#panel [data-testid=health-history] tbody tr").all_inner_texts()
+    assert "diverging" in rows[1].lower() and "wasted" in rows[1] and "still" not in rows[1], rows
+    assert "still" in rows[2], rows  # the current verdict stands
+    shot("health-history")

@@ -229,7 +229,39 @@ class Panel {
       h("p", null, h("span", { class: `badge ${stateClass("h", health.state, HEALTH_STATES)}` }, healthLabel(health.state)),
         health.since ? ` since ${fmtDateTime(health.since)}` : ""),
       ev.message ? h("p", { class: "evidence", "data-testid": "evidence" }, String(ev.message)) : null,
-      details.length ? facts(details, { class: "facts small" }) : null);
+      details.length ? facts(details, { class: "facts small" }) : null,
+      this.historyTable());
+  }
+
+  historyTable() {
+    // every verdict the job had, kept after it recovers or ends (as `stepwatch describe` shows it); a job
+    // that was only ever healthy has nothing to add
+    const spans = this.view.health_history || [];
+    if (!spans.some((s) => s.state !== "healthy")) return null;
+    const ended = ENDED.has(this.view.state);
+    return h("table", { class: "small history", "data-testid": "health-history" }, h("caption", null, "Health history"),
+      h("thead", null, h("tr", null, ["health", "from", "stood", "cost"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", null, spans.map((s) => {
+        const start = s.since ?? s.from;
+        const still = s.to === null && !ended ? ", still" : "";
+        const money = s.wasted ? `${fmtMoney(s.wasted)} wasted` : s.cost === null || s.cost === undefined ? DASH : fmtMoney(s.cost);
+        return h("tr", { title: s.message || "" },
+          h("td", null, h("span", { class: `badge ${stateClass("h", s.state, HEALTH_STATES)}` }, healthLabel(s.state))),
+          h("td", null, fmtDateTime(start)), h("td", null, `${fmtDuration(s.seconds)}${still}`),
+          h("td", { class: s.wasted >= 0.005 ? "bad" : "" }, money));
+      })));
+  }
+
+  async refreshHistory() {
+    // the stream's compact view has no verdict history: read it again when the health changes
+    try {
+      const view = await getJSON(jobPath(this.namespace, this.name));
+      if (this.destroyed || !this.view) return;
+      this.view.health_history = view.health_history;
+      this.renderHealth();
+    } catch {
+      /* the banner says it */
+    }
   }
 
   renderCost() {
@@ -383,8 +415,10 @@ class Panel {
     if (kind === "job" && detail.key === this.key && this.view) {
       // the stream sends the compact view (as lists read it): what only the panel's own read of the job
       // carries stays as that read gave it
-      const { metric_names, pending_commands, ranks, params } = this.view;
-      this.view = { ...detail.job, metric_names, pending_commands, ranks, params };
+      const { metric_names, pending_commands, ranks, params, health_history } = this.view;
+      const changed = detail.job.health.state !== this.view.health.state || detail.job.state !== this.view.state;
+      this.view = { ...detail.job, metric_names, pending_commands, ranks, params, health_history };
+      if (changed) this.refreshHistory();
       if (ENDED.has(detail.job.state)) {
         this.view.pending_commands = [];
         this.renderPending();
