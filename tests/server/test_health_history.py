@@ -65,6 +65,9 @@ def test_a_stall_that_recovers_keeps_its_span_and_its_cost(api: Any, make_report
     assert (sdk[1].start, sdk[1].end, sdk[1].since) == (stalled["from"], stalled["to"], stalled["since"])
     assert (sdk[1].seconds, sdk[1].wasted, sdk[1].rank) == (stalled["seconds"], stalled["wasted"], 0)
     assert sdk[1].message == stalled["message"] and "step" in sdk[1].message
+    html = Job(view)._repr_html_()  # a notebook shows the spans too, the standing one "still"
+    assert "health history" in html and html.count("<li>") == 3 and "wasted" in html and html.endswith("</div>")
+    assert html.count("(still)") == 1
 
     # ended: the history and the waste stay as they were
     api.clock.advance(2)

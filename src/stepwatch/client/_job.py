@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from ..protocol import Command, ended_short_text, format_rfc3339
+from ..protocol import ENDED_STATES, Command, ended_short_text, format_rfc3339
 from ._errors import InvalidResponse
 from ._html import HEALTH_COLOURS, MAX_ROWS, STATE_COLOURS, badge, duration, money, number, progress_bar
 from ._models import JobPolicy, _pandas, command_from
@@ -342,8 +342,8 @@ class Job:
     """One job (its latest attempt, unless asked for another), as the server showed it when it answered.
 
     Identity is read at once; ``progress``, ``eta``, ``health``, ``cost``... at first access. A job read
-    with :meth:`Client.job` also has ``metric_names``, ``pending_commands``, ``policy``, ``ranks`` and ``health_history``
-    (``None`` in lists).
+    with :meth:`Client.job` also has ``metric_names``, ``pending_commands``, ``policy``, ``ranks`` and
+    ``health_history`` (``None`` in lists).
     """
 
     __slots__ = ("_at", "_columns", "_parts", "_raw", "attempt", "name", "namespace", "state")
@@ -608,6 +608,16 @@ def job_html(job: Job) -> str:
     )
     why = f"<div><i>{escape(health.message)}</i></div>" if health.message else ""
     reason = f"<div>reason: {escape(job.reason)}</div>" if job.reason else ""
+    spans = job.health_history or []
+    if any(s.state != "healthy" for s in spans):  # every verdict it had, as the dashboard and describe show them
+        lines = "".join(
+            f"<li>{badge(s.state, HEALTH_COLOURS.get(s.state, '#6e7781'))} for {duration(s.seconds)}"
+            + (f", {money(s.wasted, cost.currency)} wasted" if s.wasted else "")
+            + (" (still)" if s.end is None and job.state not in ENDED_STATES else "")
+            + "</li>"
+            for s in spans[-20:]
+        )
+        why += f'<div>health history:<ul style="margin:0">{lines}</ul></div>'
     return (
         '<div class="stepwatch-job" style="font-family:system-ui,sans-serif;line-height:1.5">'
         f"<div><b>{escape(job.namespace)}/{escape(job.name)}</b> #{job.attempt} "
