@@ -106,8 +106,13 @@ class HealthParams:
     window (longer than a group): one unlucky test is no alarm, one lucky test no recovery."""
     plateau_first_share: float = 0.75
     """The first plateau window of a segment is tested once this share of it is in, when that share
-    holds ``evidence_steps`` steps (a fast job flat from its start is seen at 0.75 + 0.4 window, not
+    holds ``first_share_steps`` steps (a fast job flat from its start is seen at 0.75 + 0.4 window, not
     1.4 window); its gain is per window all the same, only its noise is larger."""
+    first_share_steps: int = 600
+    """Steps a first window's ``plateau_first_share`` must hold for it to be tested before it is whole:
+    600 lets a 1 h job at 4 steps/s (756) be seen at 0.75 + 0.4 window, 8.2 % of its plan (median of 100
+    flat from the start; 80 within 10 %, 67 with 3,000); a 20 min one (360) keeps its whole 120 s
+    window. The default health set's verdicts are the same, line for line, with 600 and 3,000."""
     evidence_confirm: float = 0.3
     """The confirmation (a share of the window, as ``plateau_confirm``) of a test whose window holds
     ``evidence_steps`` steps or more: each test of such a window is a mean of thousands of steps, so an
@@ -121,9 +126,9 @@ class HealthParams:
     chance and sent the confirmation back to its start (the worst 20 min job: 12.2 % of its plan with
     2, 9.7 % with 3). ``noise_z``: off."""
     evidence_steps: int = 3000
-    """Steps of evidence for ``plateau_first_share`` and ``noise_keep_z``: a job at 50 steps/s has 4,200
-    in the 84 s window of a 20 min plan; the benchmark's jobs at 4 steps/s have 840-2,400 per window and
-    are judged as before."""
+    """Steps of evidence in a window for ``evidence_confirm`` and ``noise_keep_z``: a job at 50 steps/s
+    has 4,200 in the 84 s window of a 20 min plan; the benchmark's jobs at 4 steps/s have 840-2,400 per
+    window and are judged as before."""
     lr_zero_fraction: float = 0.001
     """A learning rate at most this share of its peak is zero: a job that reports one, past its
     warm-up and held for ``plateau_confirm`` of a window, is not learning whatever its loss does

@@ -191,14 +191,14 @@ class PlateauDetector:
         return p.noise_keep_z if confirming else p.noise_z
 
     def _tested_span(self, t: float, window: float) -> float | None:
-        """The span the test covers: the window, or, for a first window of ``evidence_steps`` steps or
+        """The span the test covers: the window, or, for a first window of ``first_share_steps`` steps or
         more, the share of it already in once that is ``plateau_first_share``; ``None`` before (its
         rates are per window all the same, only their noise is larger)."""
         p = self.params
         if self._start <= t - window + window / p.plateau_blocks:  # a whole window is in
             return window
         span = t - self._start + window / p.plateau_blocks
-        if span < p.plateau_first_share * window or not self._s or self._step - self._s[0] < p.evidence_steps:
+        if span < p.plateau_first_share * window or not self._s or self._step - self._s[0] < p.first_share_steps:
             return None
         return span
 
