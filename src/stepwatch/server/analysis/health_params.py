@@ -117,7 +117,7 @@ class HealthParams:
     """The confirmation (a share of the window, as ``plateau_confirm``) of a test whose window holds
     ``evidence_steps`` steps or more: each test of such a window is a mean of thousands of steps, so an
     unlucky one is rarer and the confirmation guards less (0.3: a 20 min job at 50 steps/s flat from its
-    start is flagged at 7.6 % of its plan, median of 100, not 8.3 %; 6 of 960 healthy fast jobs flagged
+    start is flagged at 7.6 % of its plan, median of 100, not 8.3 %; 5 of 960 healthy fast jobs flagged
     against 0, see docs/health.md). Equal to ``plateau_confirm``: off."""
     noise_keep_z: float = 3.0
     """While the plateau of a window of ``evidence_steps`` steps or more is being confirmed, an
