@@ -252,18 +252,6 @@ class Panel {
       })));
   }
 
-  async refreshHistory() {
-    // the stream's compact view has no verdict history: read it again when the health changes
-    try {
-      const view = await getJSON(jobPath(this.namespace, this.name));
-      if (this.destroyed || !this.view) return;
-      this.view.health_history = view.health_history;
-      this.renderHealth();
-    } catch {
-      /* the banner says it */
-    }
-  }
-
   renderCost() {
     const c = this.view.cost;
     const r = this.view.resources || {};
@@ -416,9 +404,7 @@ class Panel {
       // the stream sends the compact view (as lists read it): what only the panel's own read of the job
       // carries stays as that read gave it
       const { metric_names, pending_commands, ranks, params, health_history } = this.view;
-      const changed = detail.job.health.state !== this.view.health.state || detail.job.state !== this.view.state;
       this.view = { ...detail.job, metric_names, pending_commands, ranks, params, health_history };
-      if (changed) this.refreshHistory();
       if (ENDED.has(detail.job.state)) {
         this.view.pending_commands = [];
         this.renderPending();
@@ -451,10 +437,11 @@ class Panel {
       const { key: _key, ...event } = detail; // the event as the events API reads it back
       this.events.unshift(event);
       this.renderEvents();
-      if (detail.kind === "command" || ENDED.has(detail.kind)) this.refreshPending();
+      // what the stream's compact view lacks (pending commands, the verdict history) changes with these
+      if (detail.kind === "command" || detail.kind === "health" || ENDED.has(detail.kind)) this.refreshJob();
     } else if (kind === "resync" || (kind === "live" && detail === "live")) {
       // the stream (re)opened or missed updates: read the job and its series again
-      this.refreshPending();
+      this.refreshJob();
       this.reloadSeries();
     }
   }
@@ -488,7 +475,7 @@ class Panel {
     }
   }
 
-  async refreshPending() {
+  async refreshJob() {
     try {
       const view = await getJSON(jobPath(this.namespace, this.name));
       if (this.destroyed) return;
@@ -516,7 +503,7 @@ class Panel {
       this.status.textContent = this.view && ENDED.has(this.view.state)
         ? `${kind} queued (command ${made.id}); the job has ${this.view.state}.`
         : `${kind} queued (command ${made.id}); the job gets it at its next report.`;
-      this.refreshPending();
+      this.refreshJob();
     } catch (err) {
       this.status.textContent = `${kind} failed: ${err.message}`;
     }
