@@ -31,6 +31,8 @@ install_if_missing chromium chromium "the browser tests"
 install_if_missing kubectl kubectl "the tests through kubectl"
 # a real Prometheus scrapes a real server in tests/server/test_prometheus.py (with promtool)
 install_if_missing promtool prometheus "the real Prometheus test"
+# OpenShift AI's controller reads progress with Go's encoding/json: tests/test_progression_format.py holds our port to it
+install_if_missing go golang-go "the Go decoding conformance test"
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples
 .venv/bin/ruff format --check src tests benchmarks examples
@@ -45,4 +47,4 @@ echo "== report core without extras"
 if [ ! -x .venv-bare/bin/python ]; then python3 -m venv .venv-bare; fi
 .venv-bare/bin/python -m pip install --quiet --disable-pip-version-check . pytest
 .venv-bare/bin/python -m pytest -q -p no:cacheprovider tests/test_run.py tests/test_window.py tests/test_sender.py \
-  tests/test_config.py tests/test_protocol.py
+  tests/test_config.py tests/test_protocol.py tests/test_progression_format.py

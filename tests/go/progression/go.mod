@@ -1,0 +1,3 @@
+module stepwatch.test/progression
+
+go 1.19
