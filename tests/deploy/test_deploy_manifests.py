@@ -38,7 +38,15 @@ else:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBE_CODE = ROOT / "src" / "stepwatch" / "server" / "runners" / "kubernetes"
-KUSTOMIZATIONS = ["base", "overlays/delete-on-stop", "overlays/observer", "overlays/tls"]
+KUSTOMIZATIONS = [
+    "base",
+    "overlays/delete-on-stop",
+    "overlays/observer",
+    "overlays/poll",
+    "overlays/poll-network-policy",
+    "overlays/tls",
+]
+POLL_OVERLAYS = ("overlays/poll", "overlays/poll-network-policy")
 KUBERNETES_RELEASES = ["1.29.0", "1.35.0"]  # Kubeflow Trainer v2 needs 1.29 or newer
 
 
@@ -190,6 +198,10 @@ _RESOURCES: dict[str, list[tuple[str, str]]] = {
     "delete": [("trainer.kubeflow.org", "trainjobs")],
     "token_review": [("authentication.k8s.io", "tokenreviews")],
     "get_pod": [("", "pods")],
+    "list_pods": [("", "pods")],
+    "get_network_policy": [("networking.k8s.io", "networkpolicies")],
+    "create_network_policy": [("networking.k8s.io", "networkpolicies")],
+    "replace_network_policy": [("networking.k8s.io", "networkpolicies")],
     "jwks": [("", "/openid/v1/jwks")],
 }
 _VERB_OF_PREFIX = {
@@ -199,6 +211,7 @@ _VERB_OF_PREFIX = {
     "patch": "patch",
     "delete": "delete",
     "create": "create",
+    "replace": "update",
 }
 
 
@@ -218,7 +231,7 @@ def _verbs(method: ast.FunctionDef, methods: dict[str, ast.FunctionDef]) -> set[
             if (
                 isinstance(owner.value, ast.Name)
                 and owner.value.id == "self"
-                and owner.attr in ("custom", "core", "auth")
+                and owner.attr in ("custom", "core", "auth", "networking")
             ):
                 verbs.add(_VERB_OF_PREFIX[node.attr.split("_")[0]])
         if isinstance(node, ast.Attribute) and node.attr == "Watch":
@@ -249,7 +262,7 @@ def test_only_the_runner_and_the_token_checks_call_the_api() -> None:
         if re.search(r"\bKubeApi\b|\bload_api\b", p.read_text()) and p.parent == KUBE_CODE
     }
     elsewhere = [p for p in src.rglob("*.py") if p.parent != KUBE_CODE and re.search(r"\bKubeApi\b", p.read_text())]
-    assert users == {"api.py", "runner.py", "tokens.py", "wiring.py"}
+    assert users == {"api.py", "runner.py", "polling.py", "tokens.py", "wiring.py"}
     assert not elsewhere
 
 
@@ -279,14 +292,19 @@ def test_rbac_grants_exactly_the_calls_each_part_makes(
     rendered: tuple[str, dict[tuple[str, str, str], dict[str, Any]]],
 ) -> None:
     where, objects = rendered
-    runner_calls = _used_by("runner.py")
+    runner_calls = _used_by("runner.py") | _used_by("polling.py")  # (polling.py: the runner's poll mode)
     token_calls = _used_by("tokens.py")
-    assert {"list_trainjobs", "watch_trainjobs", "apply_trainer_status", "suspend"} <= runner_calls
+    assert {"list_trainjobs", "watch_trainjobs", "apply_trainer_status", "suspend", "list_pods"} <= runner_calls
     assert {"token_review", "get_pod", "jwks"} <= token_calls
 
     runner_needs = set().union(*(_grants_of(m) for m in runner_calls))
     if where != "overlays/delete-on-stop":  # deleting is off unless configured, and so is its right
         runner_needs -= _grants_of("delete")
+    if where not in POLL_OVERLAYS:  # only poll mode reads pods
+        runner_needs -= _grants_of("list_pods")
+    if where != "overlays/poll-network-policy":  # NetworkPolicies only with their switch
+        policies = ("get_network_policy", "create_network_policy", "replace_network_policy")
+        runner_needs -= set().union(*(_grants_of(m) for m in policies))
     assert _granted(_one(objects, "ClusterRole", "stepwatch-runner")) == runner_needs
     tokens_need = set().union(*(_grants_of(m) for m in token_calls))
     assert _granted(_one(objects, "ClusterRole", "stepwatch-pod-tokens")) == tokens_need
@@ -321,6 +339,35 @@ def test_rbac_grants_exactly_the_calls_each_part_makes(
         "stepwatch-runner",
         "stepwatch-pod-tokens",
     }
+
+
+def test_poll_overlays_switch_poll_mode_on_and_let_the_runner_reach_the_pods(
+    rendered: tuple[str, dict[tuple[str, str, str], dict[str, Any]]],
+) -> None:
+    """Poll mode's runner reaches the pods' metrics port (its egress), and the NetworkPolicy it makes for the
+    pods admits it: the labels and namespace it names are the runner's (src/.../networkpolicy.py)."""
+    pytest.importorskip("kubernetes")
+    from stepwatch.protocol.progression import DEFAULT_METRICS_PORT
+    from stepwatch.server.runners.kubernetes.networkpolicy import RUNNER_LABELS, RUNNER_NAMESPACE
+
+    where, objects = rendered
+    runner = _one(objects, "StatefulSet", "stepwatch-runner")
+    env = _env(runner["spec"]["template"]["spec"]["containers"][0])
+    assert runner["spec"]["template"]["metadata"]["labels"] == RUNNER_LABELS
+    assert runner["metadata"]["namespace"] == RUNNER_NAMESPACE
+    egress = [o for (k, _, n), o in objects.items() if k == "NetworkPolicy" and n == "stepwatch-runner-poll"]
+    if where not in POLL_OVERLAYS:
+        assert env.get("STEPWATCH_K8S_MODE", "endpoint") != "poll" and not egress
+        assert "STEPWATCH_K8S_NETWORK_POLICY" not in env
+        return
+    assert env["STEPWATCH_K8S_MODE"] == "poll"
+    assert env.get("STEPWATCH_K8S_NETWORK_POLICY", "false") == ("true" if where.endswith("network-policy") else "false")
+    [policy] = egress
+    assert RUNNER_LABELS.items() <= policy["spec"]["podSelector"]["matchLabels"].items()
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    ports = {(p["protocol"], p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {("TCP", DEFAULT_METRICS_PORT)}
+    assert all(peer == {"namespaceSelector": {}} for rule in policy["spec"]["egress"] for peer in rule["to"])
 
 
 # ---------------------------------------------------------------------------------- the workloads

@@ -16,10 +16,15 @@ uses, following the API's documented behaviour (kubernetes.io "API Concepts", "S
   ``status`` is;
 - JSON merge patch with a ``metadata.resourceVersion`` precondition (409 Conflict when stale) and
   delete with a ``preconditions.uid`` (409 when it names another object);
-- (Cluster)TrainingRuntimes get; pods get; ``TokenReview`` create; the issuer's keys at
-  ``/openid/v1/jwks``; ServiceAccount tokens as RS256 JWTs with the ``kubernetes.io`` claims a
-  projected, pod-bound token carries (a TokenReview of a token whose pod is gone fails, as the real
-  server checks the bound object).
+- (Cluster)TrainingRuntimes get; pods get, and list by an equality-based ``labelSelector`` (``k=v``,
+  ``k==v``, ``k!=v``, ``k``, ``!k``, comma-separated: all must hold; set-based selectors are refused with
+  400 here), sorted by name as etcd returns them, with the status the kubelet reports (``phase``,
+  ``podIP``, ``conditions``, ``containerStatuses[].state.terminated.message``); ``TokenReview`` create;
+  the issuer's keys at ``/openid/v1/jwks``; ServiceAccount tokens as RS256 JWTs with the ``kubernetes.io``
+  claims a projected, pod-bound token carries (a TokenReview of a token whose pod is gone fails, as the real
+  server checks the bound object);
+- NetworkPolicies (``networking.k8s.io/v1``): get, create (409 ``AlreadyExists``), replace with a
+  ``resourceVersion`` precondition (409 when stale).
 
 Every request needs the bearer token of the kubeconfig the tests write (401 otherwise). Failures can be
 injected (:meth:`FakeApi.fail`), watches dropped (:meth:`FakeApi.drop_watches`), and every request
@@ -233,6 +238,7 @@ class FakeApi:
         """Watches from a resourceVersion older than this get 410 Expired."""
         self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.network_policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
         self.failures: list[list[Any]] = []
         self.timed: list[tuple[float, str, str]] = []
@@ -487,22 +493,72 @@ class FakeApi:
 
     # ------------------------------------------------------------------ pods and tokens
 
-    def add_pod(self, namespace: str, name: str, trainjob: str | None, phase: str = "Running") -> dict[str, Any]:
-        """A pod as JobSet creates them for a TrainJob (labels naming the JobSet, which is named after it)."""
-        labels = (
-            {"jobset.sigs.k8s.io/jobset-name": trainjob, "trainer.kubeflow.org/trainjob-name": trainjob}
-            if trainjob
-            else {}
-        )
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        trainjob: str | None,
+        phase: str = "Running",
+        *,
+        labels: dict[str, str] | None = None,
+        pod_ip: str | None = None,
+        ready: bool | None = None,
+        containers: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A pod as JobSet creates them for a TrainJob (labels naming the JobSet, which is named after it), or
+        with ``labels`` of its own when given; ``pod_ip``, ``ready`` (its ``Ready`` condition) and
+        ``containers`` (its ``containerStatuses``) as the kubelet reports them."""
+        if labels is None:
+            labels = (
+                {"jobset.sigs.k8s.io/jobset-name": trainjob, "trainer.kubeflow.org/trainjob-name": trainjob}
+                if trainjob
+                else {}
+            )
+        status: dict[str, Any] = {"phase": phase}
+        if pod_ip is not None:
+            status["podIP"] = pod_ip
+        if ready is not None:
+            status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+        if containers is not None:
+            status["containerStatuses"] = containers
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": labels},
-            "status": {"phase": phase},
+            "status": status,
         }
         with self.lock:
             self.pods[(namespace, name)] = pod
         return pod
+
+    def set_pod_status(self, namespace: str, name: str, **status: Any) -> None:
+        """The kubelet updates a pod's status (``phase="Succeeded"``, ``containerStatuses=[...]``...)."""
+        with self.lock:
+            self.pods[(namespace, name)]["status"].update(copy.deepcopy(status))
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods of a namespace matching an equality-based label selector, by name."""
+        terms = [t.strip() for t in selector.split(",") if t.strip()]
+        if any(" " in t or "(" in t for t in terms):
+            raise ApiFailure(400, "BadRequest", f"this fake takes equality-based selectors only: {selector!r}")
+
+        def holds(term: str, labels: dict[str, str]) -> bool:
+            if "!=" in term:
+                key, value = term.split("!=", 1)
+                return labels.get(key) != value
+            if "=" in term:
+                key, value = term.replace("==", "=").split("=", 1)
+                return labels.get(key) == value
+            if term.startswith("!"):
+                return term[1:] not in labels
+            return term in labels
+
+        with self.lock:
+            return [
+                copy.deepcopy(pod)
+                for (ns, _), pod in sorted(self.pods.items())
+                if ns == namespace and all(holds(t, pod["metadata"].get("labels") or {}) for t in terms)
+            ]
 
     def token(
         self,
@@ -639,6 +695,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._route("DELETE")
 
+    def do_PUT(self) -> None:
+        self._route("PUT")
+
     # -------------------------------------------------------------- routes
 
     def _serve(self, method: str, path: str, query: dict[str, list[str]]) -> None:
@@ -651,11 +710,10 @@ class _Handler(BaseHTTPRequestHandler):
             review = self._body() or {}
             status = api.review(review.get("spec") or {})
             return self._send(201, {**review, "status": status})
-        if len(segments) == 6 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] == "pods":
-            pod = api.pods.get((segments[3], segments[5]))
-            if pod is None:
-                raise ApiFailure(404, "NotFound", f'pods "{segments[5]}" not found')
-            return self._send(200, pod)
+        if segments[:3] == ["api", "v1", "namespaces"] and segments[4:5] == ["pods"] and method == "GET":
+            return self._pods(segments[3], segments[5] if len(segments) == 6 else None, q)
+        if segments[:3] == ["apis", "networking.k8s.io", "v1"] and segments[3:4] == ["namespaces"]:
+            return self._network_policy(method, segments[4:])
         if not path.startswith(GROUP_PATH + "/"):
             raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
         rest = segments[3:]
@@ -706,6 +764,52 @@ class _Handler(BaseHTTPRequestHandler):
             options = self._body() or {}
             api.delete_trainjob(namespace, name, (options.get("preconditions") or {}).get("uid"))
             return self._send(200, status_body(200, "", "deleted") | {"status": "Success"})
+        raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported by this fake")
+
+    def _pods(self, namespace: str, name: str | None, q: dict[str, str]) -> None:
+        """A pod, or the pods of a namespace by ``labelSelector``."""
+        if name is None:
+            items = self.api.list_pods(namespace, q.get("labelSelector", ""))
+            return self._send(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
+        with self.api.lock:
+            pod = copy.deepcopy(self.api.pods.get((namespace, name)))
+        if pod is None:
+            raise ApiFailure(404, "NotFound", f'pods "{name}" not found')
+        return self._send(200, pod)
+
+    def _network_policy(self, method: str, rest: list[str]) -> None:
+        """``/apis/networking.k8s.io/v1/namespaces/`` + ``rest``: ``NS/networkpolicies[/NAME]``."""
+        api = self.api
+        if len(rest) not in (2, 3) or rest[1] != "networkpolicies":
+            raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        namespace, name = rest[0], (rest[2] if len(rest) == 3 else None)
+        with api.lock:
+            if method == "GET" and name is not None:
+                found = api.network_policies.get((namespace, name))
+                if found is None:
+                    raise ApiFailure(404, "NotFound", f'networkpolicies.networking.k8s.io "{name}" not found')
+                return self._send(200, copy.deepcopy(found))
+            body = copy.deepcopy(self._body() or {})
+            meta = body.setdefault("metadata", {})
+            if method == "POST" and name is None:
+                key = (namespace, meta.get("name", ""))
+                if key in api.network_policies:
+                    raise ApiFailure(
+                        409, "AlreadyExists", f'networkpolicies.networking.k8s.io "{key[1]}" already exists'
+                    )
+                meta.update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=api._bump(), generation=1)
+                meta.setdefault("creationTimestamp", _now_rfc3339())
+                api.network_policies[key] = body
+                return self._send(201, copy.deepcopy(body))
+            if method == "PUT" and name is not None:
+                current = api.network_policies.get((namespace, name))
+                if current is None:
+                    raise ApiFailure(404, "NotFound", f'networkpolicies.networking.k8s.io "{name}" not found')
+                if meta.get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                    raise ApiFailure(409, "Conflict", f'Operation cannot be fulfilled on networkpolicies "{name}"')
+                meta.update(uid=current["metadata"]["uid"], resourceVersion=api._bump())
+                api.network_policies[(namespace, name)] = body
+                return self._send(200, copy.deepcopy(body))
         raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported by this fake")
 
     def _list(self, namespace: str | None, q: dict[str, str]) -> None:

@@ -17,9 +17,9 @@ from stepwatch.server.runners.kubernetes.objects import (
     annotation_for,
     parse_trainjob,
     runtime_size,
-    status_from_annotation,
     trainer_status_for,
 )
+from stepwatch.server.runners.kubernetes.progression import status_from_annotation
 from stepwatch.server.runners.kubernetes.reconcile import (
     Config,
     Delete,
@@ -317,24 +317,30 @@ def test_write_status_is_what_kubeflow_and_openshift_ai_read() -> None:
     assert annotation["currentStep"] == 500 and annotation["totalSteps"] == 1000
     assert annotation["trainMetrics"] == {"loss": 0.25}
     assert annotation["evalMetrics"] == {"eval_loss": "NaN"}
-    assert annotation["estimatedRemainingTimeSummary"] == "1m 40s"
+    assert annotation["estimatedRemainingTimeSummary"] == "1 minute"  # Red Hat's formatDurationSummary
+    keys = list(annotation)
+    assert (keys[0], keys[-1]) == ("progressPercentage", "lastUpdatedTime")  # in the order of Go's struct
     # the same job later: the same status (the ETA does not tick in it), so nothing to write
     again = reconcile(Observed(NOW + 60, tj(), the_job, last_write_at=NOW, written=action.fingerprint))
     assert again == []
 
 
-def test_mirror_picks_the_newer_of_status_and_annotation() -> None:
+def test_mirror_stores_status_and_annotation_both_in_the_order_of_their_times() -> None:
+    """Both written for one run (KubeflowCallback's posts, Red Hat's polls): each is a point, oldest first."""
     both = tj(
         trainer_status=UPSTREAM_STATUS,
         status_owners=frozenset({"trainer"}),
         annotation=ANNOT,
         annotation_owners=frozenset({"rhoai"}),
     )
-    [action] = reconcile(Observed(NOW, both, job(last_report_at=None)))
-    assert isinstance(action, Mirror) and action.origin == "annotation"
-    assert action.status.progress_percentage == 41
-    assert {m.name: m.value for m in action.status.metrics}["current_step"] == "410"
-    assert reconcile(Observed(NOW, both, job(last_report_at=None), mirrored=action.fingerprint)) == []
+    first, second = reconcile(Observed(NOW, both, job(last_report_at=None)))
+    assert isinstance(first, Mirror) and first.origin == "trainerStatus" and first.at == NOW - 5
+    assert isinstance(second, Mirror) and second.origin == "annotation" and second.at == NOW - 3
+    assert second.status.progress_percentage == 41
+    assert {m.name: m.value for m in second.status.metrics}["current_step"] == "410"
+    stored = job(last_report_at=NOW - 3, trainer_status=second.status.to_body()["trainerStatus"])
+    assert reconcile(Observed(NOW, both, stored, mirrored=second.fingerprint)) == []
+    assert reconcile(Observed(NOW, both, stored)) == []  # after a restart: older, or as old and the same
 
 
 def test_parse_trainjob_reads_conditions_size_and_owners() -> None:
@@ -462,8 +468,13 @@ def test_each_change_of_a_foreign_status_is_a_mirror_in_order_at_its_own_time() 
         (6, NOW - 20),
         (7, NOW - 10),
     ]
-    # seen again after a restart (the job's last report is the last one's time): nothing twice
-    assert reconcile(Observed(NOW, observed, job(last_report_at=NOW - 10), changes=changes)) == []
+    # seen again after a restart (the job's last report is the last one's, at its time): nothing twice
+    stored = job(last_report_at=NOW - 10, trainer_status=changes[-1])
+    assert reconcile(Observed(NOW, observed, stored, changes=changes)) == []
+    # times are whole seconds: another status in the same second as the last stored is a change, stored
+    same_second = {"progressPercentage": 8, "lastUpdatedTime": format_rfc3339(NOW - 10)}
+    [action] = reconcile(Observed(NOW, replace(observed, trainer_status=same_second), stored))
+    assert isinstance(action, Mirror) and action.status.progress_percentage == 8 and action.at == NOW - 10
     # a pod clock ahead of the runner's: stored now, not in the future
     ahead = {"progressPercentage": 8, "lastUpdatedTime": format_rfc3339(NOW + 60)}
     [action] = reconcile(

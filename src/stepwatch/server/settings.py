@@ -157,10 +157,11 @@ def _auth_mode(text: str) -> str:
     return mode
 
 
-K8S_MODES = ("endpoint", "observer")
+K8S_MODES = ("endpoint", "observer", "poll")
 """How the runner meets Kubeflow Trainer's status (docs/kubernetes.md): pods post to stepwatch and the runner
 writes ``status.trainerStatus`` (endpoint), or pods post to upstream's own status server and the runner
-only reads what it wrote (observer)."""
+only reads what it wrote (observer), or, as observer, and the runner polls the pods of TrainJobs annotated
+for OpenShift AI's progression tracking as Red Hat's controller does (poll)."""
 
 
 def _k8s_mode(text: str) -> str:
@@ -328,8 +329,19 @@ SERVER_SETTINGS: tuple[_Setting, ...] = (
         "endpoint",
         _k8s_mode,
         "endpoint (pods post their status to stepwatch, upstream's TrainJobStatus gate off; the runner writes "
-        "status.trainerStatus) or observer (pods post to upstream's status server; the runner turns each change "
-        "of status.trainerStatus into history and never writes it); see docs/kubernetes.md",
+        "status.trainerStatus), observer (pods post to upstream's status server; the runner turns each change "
+        "of status.trainerStatus into history and never writes it) or poll (as observer, and the runner polls "
+        "the pods of TrainJobs annotated trainer.opendatahub.io/progression-tracking=true as OpenShift AI's "
+        "controller does, writing its annotation); see docs/kubernetes.md",
+    ),
+    _Setting(
+        "k8s_network_policy",
+        "STEPWATCH_K8S_NETWORK_POLICY",
+        False,
+        _flag,
+        "poll mode: give the pods of each tracked TrainJob OpenShift AI's NetworkPolicy (its own pods on every "
+        "port, the runner on the metrics port), for namespaces that deny ingress by default; it closes the pods "
+        "to everything else (see docs/kubernetes.md)",
     ),
     _Setting(
         "k8s_namespaces",
@@ -506,6 +518,7 @@ class ServerSettings:
     policy: Policy = field(default_factory=Policy)
     k8s_runner: bool = False
     k8s_mode: str = "endpoint"
+    k8s_network_policy: bool = False
     k8s_namespaces: tuple[str, ...] = ()
     k8s_grace_s: float = 300.0
     k8s_delete_on_stop: bool = False

@@ -69,6 +69,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.auth = client.AuthenticationV1Api(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
         self.timeout = request_timeout_s
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -161,13 +162,14 @@ class KubeApi:
             raise
         return found
 
-    def _apply(self, path: str, body: dict[str, Any], manager: str) -> dict[str, Any]:
-        """Server-side apply of ``body`` at ``path`` under ``manager`` (forced: a controller's fields are its own)."""
+    def _apply(self, path: str, body: dict[str, Any], manager: str, force: bool = True) -> dict[str, Any]:
+        """Server-side apply of ``body`` at ``path`` under ``manager`` (``force``: a controller's fields are its
+        own; without it, another manager's field with another value is a 409 conflict)."""
         try:
             response = self.api_client.call_api(
                 path,
                 "PATCH",
-                query_params=[("fieldManager", manager), ("force", "true")],
+                query_params=[("fieldManager", manager), ("force", "true" if force else "false")],
                 header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
                 body=body,
                 auth_settings=["BearerToken"],
@@ -192,14 +194,18 @@ class KubeApi:
         }
         return self._apply(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status", body, manager)
 
-    def apply_annotation(self, namespace: str, name: str, key: str, value: str, manager: str) -> dict[str, Any]:
-        """One annotation by server-side apply (the manager owns that key only)."""
+    def apply_annotation(
+        self, namespace: str, name: str, key: str, value: str, manager: str, force: bool = True
+    ) -> dict[str, Any]:
+        """One annotation by server-side apply (the manager owns that key only; nothing else of the object is
+        touched). Without ``force``, 409 when another manager owns the key with another value."""
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "TrainJob",
             "metadata": {"name": name, "namespace": namespace, "annotations": {key: value}},
         }
-        return self._apply(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}", body, manager)
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+        return self._apply(path, body, manager, force)
 
     def suspend(self, namespace: str, name: str, resource_version: str, manager: str) -> dict[str, Any]:
         """``spec.suspend: true`` (merge patch), only if the object is still at ``resource_version`` (409 if not)."""
@@ -226,7 +232,36 @@ class KubeApi:
         }
         self._call(self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name, body=body)
 
-    # ------------------------------------------------------------------ pods and tokens
+    # ------------------------------------------------------------------ pods and their network
+
+    def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """The pods of a namespace with all these labels, in the API's order (by name)."""
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        data = self._call(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        items: list[dict[str, Any]] = data.get("items") or []
+        return items
+
+    def get_network_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A NetworkPolicy; ``None`` when there is none."""
+        try:
+            found: dict[str, Any] = self._call(self.networking.read_namespaced_network_policy, name, namespace)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    def create_network_policy(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a NetworkPolicy (409 when one of that name appeared meanwhile)."""
+        created: dict[str, Any] = self._call(self.networking.create_namespaced_network_policy, namespace, body)
+        return created
+
+    def replace_network_policy(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Replace a NetworkPolicy (``body`` carries the ``resourceVersion`` read: 409 when it changed since)."""
+        replaced: dict[str, Any] = self._call(self.networking.replace_namespaced_network_policy, name, namespace, body)
+        return replaced
+
+    # ------------------------------------------------------------------ tokens
 
     def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
         """A TokenReview's ``status`` (``authenticated``, ``user``, ``audiences``, ``error``)."""

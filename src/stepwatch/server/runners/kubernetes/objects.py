@@ -10,7 +10,6 @@ mirrors what others wrote and writes only what is its own.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -18,6 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ....protocol import ProtocolError, TrainerStatus, format_rfc3339, parse_rfc3339
+from ....protocol.progression import (
+    ANNOTATION_STATUS,
+    AnnotationStatus,
+    encode_annotation,
+    format_duration_summary,
+    is_eval_metric,
+)
 from ...store import Job
 from ...views.serialisers import eta_of, progress_percent, trainer_status_view
 
@@ -35,7 +41,6 @@ __all__ = [
     "gpu_type_of",
     "parse_trainjob",
     "runtime_size",
-    "status_from_annotation",
     "trainer_status_for",
     "upstream_status",
 ]
@@ -43,7 +48,7 @@ __all__ = [
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
 PLURAL = "trainjobs"
-ANNOTATION = "trainer.opendatahub.io/trainerStatus"
+ANNOTATION = ANNOTATION_STATUS
 """Red Hat OpenShift AI's richer progress annotation (JSON), read by its dashboard."""
 FIELD_MANAGER = "stepwatch"
 """The field manager of every write of the runner (server-side apply), so that its fields are its own."""
@@ -92,6 +97,8 @@ class TrainJob:
     """``status.trainerStatus`` as it is on the object."""
     annotation: str | None = None
     """The OpenShift AI annotation as it is on the object."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Every annotation of the object whose value is a string (the progression switches among them)."""
     status_owners: frozenset[str] = frozenset()
     """Field managers that own a part of ``status.trainerStatus``."""
     annotation_owners: frozenset[str] = frozenset()
@@ -220,7 +227,8 @@ def parse_trainjob(obj: Mapping[str, Any]) -> TrainJob:
     status = obj.get("status") or {}
     trainer = spec.get("trainer") or {}
     runtime = spec.get("runtimeRef") or {}
-    annotations = meta.get("annotations") or {}
+    found = meta.get("annotations")
+    annotations: dict[str, Any] = found if isinstance(found, dict) else {}
     labels = meta.get("labels") or {}
     phase, reason, resumed = _phase(spec, status)
     created = _time(meta.get("creationTimestamp")) or 0.0
@@ -246,6 +254,7 @@ def parse_trainjob(obj: Mapping[str, Any]) -> TrainJob:
         gpu_type=gpu_type_of(labels, annotations, node_selector),
         trainer_status=ts if isinstance(ts, dict) else None,
         annotation=annotations.get(ANNOTATION) if isinstance(annotations.get(ANNOTATION), str) else None,
+        annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
         status_owners=_owners(managed, ("status", "trainerStatus")),
         annotation_owners=_owners(managed, ("metadata", "annotations", ANNOTATION)),
         labels=dict(labels) if isinstance(labels, dict) else {},
@@ -356,46 +365,31 @@ def trainer_status_for(job: Job) -> dict[str, Any]:
     return status
 
 
-def _summary(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    total = round(seconds)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    if minutes:
-        return f"{minutes}m {secs}s"
-    return f"{secs}s"
-
-
-def _json_number(value: float) -> float | str:
-    return value if math.isfinite(value) else _metric_value(value)
-
-
 def annotation_for(job: Job) -> str:
-    """The OpenShift AI annotation for a job (JSON, keys sorted): progress, ETA and its summary, step and
-    epoch of totals, train and eval metrics (``eval_*``) as numbers (NaN and ±Inf as the strings
-    ``NaN``, ``Inf``, ``-Inf``), and the time of the newest report."""
+    """The OpenShift AI annotation for a job, byte for byte as Red Hat's controller writes it
+    (:func:`~stepwatch.protocol.progression.encode_annotation`): progress, ETA and its summary, step and epoch
+    of totals, train and eval metrics (``eval_*``, ``val_*``) as numbers (NaN and ±Inf as the strings ``NaN``,
+    ``Inf``, ``-Inf``: Go's ``float64`` has no JSON for them), and the time of the newest report."""
     at = _status_time(job)
     percent = progress_percent(job)
     remaining = eta_of(job, at)[0]
-    body: dict[str, Any] = {
-        "progressPercentage": None if percent is None else int(percent),
-        "estimatedRemainingSeconds": None if remaining is None else round(remaining),
-        "estimatedRemainingTimeSummary": _summary(remaining),
-        "currentStep": job.step,
-        "totalSteps": job.total_steps,
-        "currentEpoch": job.epoch,
-        "totalEpochs": job.total_epochs,
-        "trainMetrics": {k: _json_number(v) for k, v in sorted(job.last_metrics.items()) if not k.startswith("eval")},
-        "evalMetrics": {k: _json_number(v) for k, v in sorted(job.last_metrics.items()) if k.startswith("eval")},
-        "lastUpdatedTime": format_rfc3339(at),
-    }
-    return json.dumps({k: v for k, v in body.items() if v is not None}, sort_keys=True, separators=(",", ":"))
+    seconds = None if remaining is None else round(remaining)
+    total_epochs = job.total_epochs
+    metrics = sorted(job.last_metrics.items())
+    status = AnnotationStatus(
+        progress_percentage=None if percent is None else int(percent),
+        estimated_remaining_seconds=seconds,
+        current_step=job.step,
+        total_steps=job.total_steps,
+        current_epoch=job.epoch,
+        # an integer in Go's struct: 2.5 epochs are 3 started ones (as the pod's side writes it)
+        total_epochs=math.ceil(total_epochs) if total_epochs is not None and math.isfinite(total_epochs) else None,
+        train_metrics={k: v for k, v in metrics if not is_eval_metric(k)},
+        eval_metrics={k: v for k, v in metrics if is_eval_metric(k)},
+        summary=format_duration_summary(seconds),
+        last_updated_time=format_rfc3339(at),
+    )
+    return encode_annotation(status, nonfinite="string")
 
 
 # ------------------------------------------------------------------------------------- progress in
@@ -409,41 +403,3 @@ def upstream_status(obj: Mapping[str, Any] | None) -> TrainerStatus | None:
         return TrainerStatus.from_body({"trainerStatus": dict(obj)})
     except ProtocolError:
         return None
-
-
-def status_from_annotation(text: str | None) -> TrainerStatus | None:
-    """The OpenShift AI annotation as a ``trainerStatus`` (steps, epochs and metrics become metrics);
-    ``None`` when absent or not the expected JSON."""
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    metrics: list[dict[str, str]] = []
-    for key, name in (
-        ("currentStep", "current_step"),
-        ("totalSteps", "total_steps"),
-        ("currentEpoch", "current_epoch"),
-        ("totalEpochs", "total_epochs"),
-    ):
-        value = data.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            metrics.append({"name": name, "value": str(value)})
-    for group, prefix in (("trainMetrics", ""), ("evalMetrics", "eval_")):
-        values = data.get(group)
-        if isinstance(values, dict):
-            for name, value in values.items():
-                full = name if not prefix or str(name).startswith(prefix) else prefix + str(name)
-                if isinstance(value, (int, float, str)) and not isinstance(value, bool) and 1 <= len(full) <= 64:
-                    metrics.append({"name": full, "value": str(value)[:64] or "?"})
-    body: dict[str, Any] = {"metrics": metrics[:256]}
-    for key in ("progressPercentage", "estimatedRemainingSeconds"):
-        value = data.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            body[key] = max(0, min(100, int(value))) if key == "progressPercentage" else max(0, int(value))
-    if isinstance(data.get("lastUpdatedTime"), str):
-        body["lastUpdatedTime"] = data["lastUpdatedTime"]
-    return upstream_status(body)

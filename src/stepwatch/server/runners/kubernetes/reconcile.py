@@ -7,15 +7,20 @@ done about it comes out, as plain values the I/O layer carries out (:mod:`.runne
   when it is resumed or recreated after its last attempt ended (a new attempt);
 - its lifecycle is mirrored (:class:`SetState`): running, finished, failed; suspended or deleted is
   ``stopped``;
-- progress someone else writes (Kubeflow's ``status.trainerStatus``, OpenShift AI's annotation) is
-  mirrored into history when it is newer than stepwatch's (:class:`Mirror`): each change of
-  ``status.trainerStatus`` the watch saw, in order, once (a relist or a restart does not store it again);
+- progress someone else writes (Kubeflow's ``status.trainerStatus``, OpenShift AI's annotation
+  ``trainer.opendatahub.io/trainerStatus``) is mirrored into history (:class:`Mirror`): each change of
+  either that the watch saw, in the order of their times, once (a relist or a restart does not store it
+  again), in every mode;
 - a job that reports to stepwatch gets stepwatch's progress written onto the TrainJob
   (:class:`WriteStatus`), at most once per ``status_interval_s`` and only when it changed; never in
   ``observer`` mode (``Config.mode``), where upstream's status server owns ``status.trainerStatus``;
 - a stop: a job that reports gets a checkpoint command (:class:`QueueCommand`) and the grace period
   to stop by itself, then ``spec.suspend: true`` (:class:`Suspend`) or, when configured, deletion
   (:class:`Delete`); a job that does not report cannot be asked, so it is suspended at once;
+- in ``poll`` mode, a TrainJob annotated for OpenShift AI's progression tracking is polled as Red Hat's
+  controller polls it (:class:`~.progression.Poll`, the rules in :mod:`.progression`), unless that
+  controller writes its annotation; with ``network_policy`` on, its pods get Red Hat's NetworkPolicy
+  (:class:`EnsureNetworkPolicy`, built by :mod:`.networkpolicy`);
 - :class:`Requeue` says when to look again if nothing changes before (a grace period or a throttled
   write ends); :class:`FetchRuntime` asks for the runtime when the job's size depends on it.
 """
@@ -25,26 +30,28 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ....protocol import TrainerStatus, parse_rfc3339
 from ...store import Job
 from ...store.base import FINAL_STATES
+from .networkpolicy import RUNNER_NAMESPACE, network_policy
 from .objects import (
     FIELD_MANAGER,
     RuntimeSize,
     TrainJob,
     annotation_for,
-    status_from_annotation,
     trainer_status_for,
     upstream_status,
 )
+from .progression import Poll, PollState, next_poll, status_from_annotation, tracking_enabled
 
 __all__ = [
     "Action",
     "Config",
     "Delete",
+    "EnsureNetworkPolicy",
     "FetchRuntime",
     "Mirror",
     "Observed",
@@ -71,9 +78,16 @@ class Config:
     status_interval_s: float = 5.0
     """At most one status write per job in this many seconds."""
     field_manager: str = FIELD_MANAGER
-    mode: Literal["endpoint", "observer"] = "endpoint"
+    mode: Literal["endpoint", "observer", "poll"] = "endpoint"
     """``endpoint``: pods post to stepwatch, which writes ``status.trainerStatus``; ``observer``: pods post to
-    upstream's status server, stepwatch only reads ``status.trainerStatus`` (and never writes it)."""
+    upstream's status server, stepwatch only reads ``status.trainerStatus`` (and never writes it); ``poll``:
+    as observer, and stepwatch polls the pods of TrainJobs annotated for OpenShift AI's progression tracking
+    as Red Hat's controller does, writing its annotation (for clusters without that controller)."""
+    network_policy: bool = False
+    """In ``poll`` mode, give each tracked TrainJob's pods Red Hat's NetworkPolicy (same-job pods, and the
+    runner to the metrics port); off by default: it changes the pods' network posture (docs/kubernetes.md)."""
+    runner_namespace: str = RUNNER_NAMESPACE
+    """The namespace the runner's pods run in (the NetworkPolicy admits them from there)."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +120,14 @@ class Observed:
     mirrored: str | None = None
     """The fingerprint of the foreign progress it mirrored last."""
     changes: tuple[Mapping[str, Any], ...] = ()
-    """Each ``status.trainerStatus`` the watch showed since the last mirror, oldest first (the object's
-    current one last); empty: only the object's current one counts."""
+    """Each ``status.trainerStatus`` another manager wrote that the watch showed since the last mirror,
+    oldest first (the object's current one last); empty: only the object's current one counts."""
+    annotation_changes: tuple[str, ...] = ()
+    """Likewise each OpenShift AI annotation another manager wrote; empty: only the object's current one."""
+    poll: PollState = field(default_factory=PollState)
+    """Where polling this TrainJob stands (``poll`` mode)."""
+    network_policy: str | None = None
+    """The :func:`fingerprint` of the NetworkPolicy last made sure of for it (``poll`` mode)."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +211,15 @@ class FetchRuntime:
 
 
 @dataclass(frozen=True)
+class EnsureNetworkPolicy:
+    """Create the TrainJob's NetworkPolicy, or replace its spec and labels (Red Hat's ``ReconcileNetworkPolicy``)."""
+
+    policy: dict[str, Any]
+    fingerprint: str
+    kind: Literal["ensure_network_policy"] = "ensure_network_policy"
+
+
+@dataclass(frozen=True)
 class Requeue:
     """Decide again at ``at`` if nothing changes before."""
 
@@ -198,7 +227,19 @@ class Requeue:
     kind: Literal["requeue"] = "requeue"
 
 
-Action = Register | SetState | Mirror | WriteStatus | QueueCommand | Suspend | Delete | FetchRuntime | Requeue
+Action = (
+    Register
+    | SetState
+    | Mirror
+    | WriteStatus
+    | QueueCommand
+    | Suspend
+    | Delete
+    | FetchRuntime
+    | Poll
+    | EnsureNetworkPolicy
+    | Requeue
+)
 
 
 def fingerprint(*parts: Any) -> str:
@@ -231,6 +272,8 @@ def reconcile(o: Observed) -> list[Action]:
         actions += _mirror(o, tj, job)
     elif reporting:
         actions += _write_back(o, tj, job)
+    if o.config.mode == "poll":
+        actions += _poll(o, tj)
     if o.stop is not None:
         actions += _stop(o, o.stop, tj, job, reporting)
     return actions
@@ -252,24 +295,27 @@ def _lifecycle(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
     return []
 
 
-def _foreign(o: Observed, tj: TrainJob) -> list[tuple[TrainerStatus, Literal["trainerStatus", "annotation"]]]:
-    """The foreign progress to consider, oldest first: each ``status.trainerStatus`` seen (another manager's);
-    or the annotation alone when it is newer than all of them (OpenShift AI writes both for one moment:
-    the newer of the two is the one stored)."""
+Origin = Literal["trainerStatus", "annotation"]
+
+
+def _foreign(o: Observed, tj: TrainJob) -> list[tuple[TrainerStatus, Origin]]:
+    """The foreign progress to consider, in the order of its times (the order it was seen for equal times):
+    each ``status.trainerStatus`` and each OpenShift AI annotation another manager wrote that the watch
+    showed. Both describe the same run when both are written (transformers' KubeflowCallback posting to
+    upstream's status server, Red Hat's controller polling the pod): each change is a point of it."""
     manager = o.config.field_manager
-    found: list[tuple[TrainerStatus, Literal["trainerStatus", "annotation"]]] = []
+    found: list[tuple[TrainerStatus, Origin]] = []
     if tj.status_owners - {manager}:
-        seen = o.changes or ((tj.trainer_status,) if tj.trainer_status else ())
-        for raw in seen:
+        for raw in o.changes or ((tj.trainer_status,) if tj.trainer_status else ()):
             status = upstream_status(raw)
             if status is not None:
                 found.append((status, "trainerStatus"))
     if tj.annotation_owners - {manager}:
-        from_annotation = status_from_annotation(tj.annotation)
-        newest = max((_when(s) for s, _ in found), default=float("-inf"))
-        if from_annotation is not None and (not found or _when(from_annotation) > newest):
-            found = [(from_annotation, "annotation")]
-    return found
+        for text in o.annotation_changes or ((tj.annotation,) if tj.annotation else ()):
+            from_annotation = status_from_annotation(text)
+            if from_annotation is not None:
+                found.append((from_annotation, "annotation"))
+    return sorted(found, key=lambda item: _when(item[0]))  # (stable: ties keep the order seen)
 
 
 def _when(status: TrainerStatus) -> float:
@@ -279,21 +325,46 @@ def _when(status: TrainerStatus) -> float:
 
 
 def _mirror(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
-    """A :class:`Mirror` for each foreign status not stored yet: not the one mirrored last, none twice
-    (by content, ``lastUpdatedTime`` included), none no newer than the job's last report (stored before
-    a restart, or seen again by a relist: a mirrored status is stored at its own ``lastUpdatedTime``, so
-    the two compare like with like)."""
+    """A :class:`Mirror` for each foreign status not stored yet: not the one mirrored last, none twice (by
+    content, ``lastUpdatedTime`` included), none older than the job's last report, and none as old as it
+    with the content stored last (stored before a restart, or seen again by a relist: a mirrored status is
+    stored at its own ``lastUpdatedTime``, so the two compare like with like). Times are whole seconds, so
+    two changes within one second are both stored: only the same content at the same time is the same."""
     actions: list[Action] = []
     marks = {o.mirrored}
+    stored = job.trainer_status
     for status, origin in _foreign(o, tj):
-        mark = fingerprint(status.to_body())
+        body = status.to_body()["trainerStatus"]
+        mark = fingerprint(body)
         if mark in marks:
             continue
         marks.add(mark)
         when = _when(status)
-        if job.last_report_at is not None and when != float("-inf") and when <= job.last_report_at:
+        last = job.last_report_at
+        if last is not None and when != float("-inf") and (when < last or (when == last and body == stored)):
+            continue
+        if when == float("-inf") and body == stored:
             continue
         actions.append(Mirror(status, origin, mark, o.now if when == float("-inf") else min(when, o.now)))
+        stored = body
+    return actions
+
+
+def _poll(o: Observed, tj: TrainJob) -> list[Action]:
+    """``poll`` mode: the controller's polling of the TrainJob (:func:`.progression.next_poll`), and its
+    NetworkPolicy when that is switched on."""
+    actions: list[Action] = []
+    foreign = bool(tj.annotation_owners - {o.config.field_manager})
+    due = next_poll(o.now, tj.annotations, tj.phase, foreign, o.poll)
+    if isinstance(due, Poll):
+        actions.append(due)
+    elif due is not None:
+        actions.append(Requeue(due))
+    if o.config.network_policy and tj.live and not foreign and tracking_enabled(tj.annotations):
+        policy = network_policy(tj, o.config.runner_namespace)
+        mark = fingerprint(policy)
+        if mark != o.network_policy:
+            actions.append(EnsureNetworkPolicy(policy, mark))
     return actions
 
 

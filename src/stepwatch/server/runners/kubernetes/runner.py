@@ -12,6 +12,11 @@ asks of the API server goes to a few writer tasks through one token bucket (``wr
 writes together), the newest wish per TrainJob replacing an older one still waiting. A failed write
 is not forgotten: the job is decided again after a backoff, and since "what was written" only moves
 when a write succeeds, the next decision asks for it again (409: the TrainJob is read again first).
+
+In ``poll`` mode, polls of pods (:mod:`.polling`) run as tasks of their own, at most
+``max_concurrent_polls`` at once, one at a time per TrainJob; each writes OpenShift AI's annotation (server-side
+apply without force, so that a field another manager owns is a conflict, never taken over) and stores what
+it read as history.
 """
 
 from __future__ import annotations
@@ -26,19 +31,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ....protocol import Backoff
+from ....protocol import Backoff, parse_rfc3339
+from ....protocol.progression import AnnotationStatus, encode_annotation
 from ...api.auth import hash_token
 from ...ingest.publish import publish_events, publish_job
 from ...ingest.service import ingest_status
 from ...services import Services, blocking
 from ...store import Event, Job, JobFilter
 from .api import KubeApi, KubeError
+from .networkpolicy import network_policy_name
 from .objects import ANNOTATION, RuntimeSize, TrainJob, parse_trainjob, runtime_size
+from .polling import Poller, PollError
+from .progression import FINAL_RETRY_S, Poll, PollState, status_from_annotation
 from .ratelimit import TokenBucket
 from .reconcile import (
     Action,
     Config,
     Delete,
+    EnsureNetworkPolicy,
     FetchRuntime,
     Mirror,
     Observed,
@@ -82,6 +92,8 @@ class RunnerOptions:
     """How often the store is read for changed jobs and new commands."""
     runtime_ttl_s: float = 300.0
     writers: int = 4
+    max_concurrent_polls: int = 32
+    """``poll`` mode: pods polled at once, all TrainJobs together (each poll takes at most 2 s of HTTP)."""
 
 
 @dataclass
@@ -97,12 +109,18 @@ class _Seen:
     retry_at: float = 0.0
     """After a failed write, no write before this (the backoff)."""
     changes: list[dict[str, Any]] = field(default_factory=list)
-    """Each ``status.trainerStatus`` the watch showed since the last mirror, oldest first: a status that
-    changed twice between two decisions is history twice, not only its last value."""
+    """Each ``status.trainerStatus`` another manager wrote that the watch showed since the last mirror,
+    oldest first: a status that changed twice between two decisions is history twice, not only its last value."""
+    annotation_changes: list[str] = field(default_factory=list)
+    """Likewise each OpenShift AI annotation another manager wrote."""
+    poll: PollState = field(default_factory=PollState)
+    network_policy: str | None = None
+    """The fingerprint of the NetworkPolicy last made sure of (``poll`` mode)."""
 
 
 MAX_CHANGES = 256
-"""Unmirrored ``status.trainerStatus`` values kept per TrainJob (the oldest go first beyond it)."""
+"""Unmirrored values of ``status.trainerStatus`` (and of the annotation) kept per TrainJob (the oldest go
+first beyond it)."""
 
 
 class TrainJobRunner:
@@ -130,7 +148,19 @@ class TrainJobRunner:
         """TrainJobs whose writes are being carried out: decided again when they end, not written twice at once."""
         self.write_order: asyncio.Queue[Key] | None = None
         self.bucket = TokenBucket(self.options.writes_per_s, 1.0)  # no saved-up burst: at most the rate in any second
-        self.stats = {"decisions": 0, "writes": 0, "write_errors": 0, "lists": 0, "watch_events": 0, "mirrored": 0}
+        self.stats = {
+            "decisions": 0,
+            "writes": 0,
+            "write_errors": 0,
+            "lists": 0,
+            "watch_events": 0,
+            "mirrored": 0,
+            "polls": 0,
+            "polled": 0,
+            "poll_errors": 0,
+        }
+        self.poller = Poller(api, self.options.max_concurrent_polls)
+        self._polls: set[asyncio.Task[None]] = set()
         self._events_after = 0
         self._inbox: asyncio.Queue[tuple[str, Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -174,6 +204,12 @@ class TrainJobRunner:
             tasks = list(pending)
         if tasks:
             _log.warning("%d TrainJob runner task(s) did not stop within %.0f s", len(tasks), timeout_s)
+        polls = list(self._polls)
+        for task in polls:
+            task.cancel()
+        if polls:
+            await asyncio.wait(polls, timeout=max(deadline - time.monotonic(), 0.1))
+        await self.poller.aclose()
 
     # ------------------------------------------------------------------ watching (threads)
 
@@ -250,10 +286,25 @@ class TrainJobRunner:
         if old is None or old != parsed:
             seen.trainjob = parsed
             self.dirty.add(parsed.key)
+            manager = self.options.config.field_manager
             status = parsed.trainer_status
-            if status and (old is None or old.trainer_status != status) and status not in seen.changes[-1:]:
+            if (
+                status
+                and parsed.status_owners - {manager}
+                and (old is None or old.trainer_status != status)
+                and status not in seen.changes[-1:]
+            ):
                 seen.changes.append(status)
                 del seen.changes[:-MAX_CHANGES]
+            note = parsed.annotation
+            if (
+                note
+                and parsed.annotation_owners - {manager}
+                and (old is None or old.annotation != note)
+                and note not in seen.annotation_changes[-1:]
+            ):
+                seen.annotation_changes.append(note)
+                del seen.annotation_changes[:-MAX_CHANGES]
 
     async def _read_store(self) -> None:
         store = self.svc.store
@@ -344,6 +395,9 @@ class TrainJobRunner:
             written=seen.written,
             mirrored=seen.mirrored,
             changes=tuple(seen.changes),
+            annotation_changes=tuple(seen.annotation_changes),
+            poll=seen.poll,
+            network_policy=seen.network_policy,
         )
 
     async def _decide(self, key: Key, depth: int = 0) -> None:
@@ -360,8 +414,10 @@ class TrainJobRunner:
         for action in actions:
             if isinstance(action, Requeue):
                 self._due(key, action.at)
-            elif isinstance(action, (WriteStatus, Suspend, Delete)):
+            elif isinstance(action, (WriteStatus, Suspend, Delete, EnsureNetworkPolicy)):
                 api_actions.append(action)
+            elif isinstance(action, Poll):
+                self._start_poll(key, observed, action)
             elif isinstance(action, Mirror):
                 if mirrored_all:  # in order: after a failure, the rest waits for the next decision
                     await self._do(key, observed, action)
@@ -371,6 +427,7 @@ class TrainJobRunner:
         seen = self.seen[key]
         if mirrored_all:  # (else kept: the next decision skips what was stored, by time and content)
             del seen.changes[: len(observed.changes)]
+            del seen.annotation_changes[: len(observed.annotation_changes)]
         if api_actions and key not in self.in_flight and observed.now >= seen.retry_at:
             # (else decided again when those writes end, or when the backoff does)
             self._queue_writes(key, api_actions)
@@ -476,6 +533,73 @@ class TrainJobRunner:
         publish_job(self.svc.live, job, now)
         publish_events(self.svc.live, events)
 
+    # ------------------------------------------------------------------ polls (poll mode)
+
+    def _start_poll(self, key: Key, observed: Observed, action: Poll) -> None:
+        """Poll in a task of its own (the decisions go on); one at a time per TrainJob."""
+        seen = self.seen[key]
+        if observed.trainjob is None or observed.job is None or seen.poll.polling:
+            return
+        seen.poll = replace(seen.poll, polling=True)
+        task = asyncio.create_task(self._poll(key, observed.trainjob, action))
+        self._polls.add(task)
+        task.add_done_callback(self._polls.discard)
+
+    async def _poll(self, key: Key, tj: TrainJob, action: Poll) -> None:
+        """One poll, or the capture of the end: the annotation written and stored. A failure leaves the
+        annotation as it is (the next poll comes after the interval, the next capture of the end after 5 s)."""
+        self.stats["polls"] += 1
+        done = failed = False
+        try:
+            annotation = await self.poller.poll(tj, action, self.clock())
+            if annotation is not None:
+                await self._write_poll(key, annotation)
+            done = action.final
+        except PollError as exc:
+            failed = True
+            self.stats["poll_errors"] += 1
+            _log.debug("polling TrainJob %s/%s: %s", *key, exc)  # (the controller logs it at V(1))
+        except KubeError as exc:
+            failed = True
+            self.stats["write_errors"] += 1
+            _log.warning("writing the polled progress of TrainJob %s/%s failed (%s)", *key, exc)
+            if exc.status == 409:  # another manager's annotation: read it again, only observe it from now on
+                await self._refresh(key)
+        except Exception:
+            failed = True
+            self.stats["poll_errors"] += 1
+            _log.exception("polling TrainJob %s/%s failed", *key)
+        finally:
+            seen = self.seen.setdefault(key, _Seen())
+            now = self.clock()
+            seen.poll = replace(
+                seen.poll,
+                polling=False,
+                last_poll_at=now,
+                final_done=seen.poll.final_done or done,
+                retry_at=now + FINAL_RETRY_S if action.final and failed else seen.poll.retry_at,
+            )
+            self.dirty.add(key)
+
+    async def _write_poll(self, key: Key, annotation: AnnotationStatus) -> None:
+        """Write the annotation as Red Hat's controller writes it, then store it as the job's progress and
+        history at its own time (the same reading as a foreign annotation's, :func:`.status_from_annotation`)."""
+        namespace, name = key
+        text = encode_annotation(annotation)
+        await self.bucket.take()
+        obj = await asyncio.to_thread(
+            self.api.apply_annotation, namespace, name, ANNOTATION, text, self.options.config.field_manager, False
+        )
+        self.stats["writes"] += 1
+        self._observe(parse_trainjob(obj))
+        status = status_from_annotation(text)
+        job = self.jobs.get(key)
+        if status is None or job is None:
+            return
+        at = min(parse_rfc3339(annotation.last_updated_time), self.clock())
+        self.jobs[key] = await ingest_status(self.svc, job, status, at)
+        self.stats["polled"] += 1
+
     # ------------------------------------------------------------------ API writes
 
     def _queue_writes(self, key: Key, actions: list[Action]) -> None:
@@ -553,7 +677,26 @@ class TrainJobRunner:
             await asyncio.to_thread(self.api.delete, namespace, name, action.uid)
             self.stats["writes"] += 1
             _log.info("TrainJob %s/%s deleted: %s", namespace, name, action.reason)
+        elif isinstance(action, EnsureNetworkPolicy):
+            await self._ensure_network_policy(key, action)
         self.dirty.add(key)
+
+    async def _ensure_network_policy(self, key: Key, action: EnsureNetworkPolicy) -> None:
+        """Create the policy, or replace its spec and labels when they differ (``ReconcileNetworkPolicy``)."""
+        namespace, name = key
+        wanted = action.policy
+        found = await asyncio.to_thread(self.api.get_network_policy, namespace, network_policy_name(name))
+        labels = wanted["metadata"]["labels"]
+        if found is None:
+            await self.bucket.take()
+            await asyncio.to_thread(self.api.create_network_policy, namespace, wanted)
+            self.stats["writes"] += 1
+        elif found.get("spec") != wanted["spec"] or (found.get("metadata") or {}).get("labels") != labels:
+            body = {**found, "spec": wanted["spec"], "metadata": {**found["metadata"], "labels": labels}}
+            await self.bucket.take()
+            await asyncio.to_thread(self.api.replace_network_policy, namespace, network_policy_name(name), body)
+            self.stats["writes"] += 1
+        self.seen.setdefault(key, _Seen()).network_policy = action.fingerprint
 
     async def _refresh(self, key: Key) -> None:
         """Read a TrainJob again after a conflict."""

@@ -5,15 +5,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 if TYPE_CHECKING:
     from ...services import Services
     from ...settings import ServerSettings
 
-__all__ = ["start_kubernetes"]
+__all__ = ["runner_namespace", "start_kubernetes"]
 
 _log = logging.getLogger("stepwatch.server.kubernetes")
+
+Mode = Literal["endpoint", "observer", "poll"]
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def runner_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """The runner's namespace from its ServiceAccount's mount, else ``stepwatch`` (as Red Hat's controller
+    finds its own, ``getControllerNamespace``): the NetworkPolicy of poll mode admits the runner from there."""
+    from .networkpolicy import RUNNER_NAMESPACE
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or RUNNER_NAMESPACE
+    except OSError:
+        return RUNNER_NAMESPACE
 
 
 async def start_kubernetes(
@@ -48,7 +63,9 @@ async def start_kubernetes(
                 grace_s=settings.k8s_grace_s,
                 delete_on_stop=settings.k8s_delete_on_stop,
                 status_interval_s=settings.k8s_status_interval_s,
-                mode="observer" if settings.k8s_mode == "observer" else "endpoint",
+                mode=cast(Mode, settings.k8s_mode),  # (one of K8S_MODES: the setting is checked when read)
+                network_policy=settings.k8s_network_policy,
+                runner_namespace=runner_namespace(),
             ),
             writes_per_s=settings.k8s_writes_per_s,
         )

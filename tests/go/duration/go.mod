@@ -1,0 +1,3 @@
+module stepwatch.test/duration
+
+go 1.19
