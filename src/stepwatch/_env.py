@@ -56,7 +56,8 @@ def detect_identity(environ: Mapping[str, str] | None = None) -> Identity:
 
     torch.distributed when initialised; else ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (torchrun,
     Accelerate, DeepSpeed); else ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``; else Open MPI's
-    variables; else the JAX process index when JAX is loaded; else a single process.
+    variables; else ``PET_NODE_RANK``/``PET_NNODES`` (a Kubeflow TrainJob's pod that runs one process
+    per node, without torchrun); else the JAX process index when JAX is loaded; else a single process.
     """
     env = os.environ if environ is None else environ
     local_rank = _int_env(env, "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK") or 0
@@ -66,6 +67,7 @@ def detect_identity(environ: Mapping[str, str] | None = None) -> Identity:
             ("RANK", "WORLD_SIZE"),
             ("SLURM_PROCID", "SLURM_NTASKS"),
             ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+            ("PET_NODE_RANK", "PET_NNODES"),
         ):
             rank, size = _int_env(env, rank_var), _int_env(env, size_var)
             if rank is not None and size is not None:

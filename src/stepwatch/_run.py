@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # kept out of `import stepwatch`: loaded by init() when a run
     from types import FrameType, TracebackType
 
     from ._gpu import GpuReader
+    from ._progression import Progression
     from ._sender import Sender
     from ._setup import Plan
     from ._transport import Transport
@@ -63,7 +64,8 @@ class Run:
 
     ``step()``, ``log()`` and ``epoch()`` are safe to call on every iteration: they never raise,
     never block and never touch the network. A run without an endpoint (or on a rank other than 0
-    for metrics) accepts the same calls and does nothing with them.
+    for metrics) accepts the same calls and does nothing with them, unless rank 0 serves OpenShift
+    AI's progression status (:attr:`metrics_address`), which needs no endpoint.
     """
 
     def __init__(
@@ -78,7 +80,6 @@ class Run:
     ) -> None:
         import uuid
 
-        from ._setup import make_sender
         from ._window import WindowBuffer
 
         self.job = plan.job
@@ -111,24 +112,44 @@ class Run:
         self.update(total_steps=total_steps, total_epochs=total_epochs, batch_size=batch_size)
         self._buffer = WindowBuffer()
         self._queue = self._buffer.queue
-        self._collect = self.mode != "off" and self.identity.rank == 0
+        self._progression: Progression | None = None
+        self.metrics_address: tuple[str, int] | None = None
+        """Where this process serves OpenShift AI's progression status (host, port), or ``None``."""
+        self._collect = False
         self._sender: Sender | None = None
-        if self.mode != "off":
-            sender = make_sender(
-                plan,
-                run_id=self.run_id,
-                snapshot=self._snapshot,
-                on_command=self._on_command,
-                total_steps=lambda: self._total_steps,
-                buffer=self._buffer if self._collect else None,
-                transport=transport,
-                params=params,
-            )
-            if sender.start():
-                self._sender = sender
-            else:
-                self._collect = False
-                self.mode = "off"
+        self._start(plan, transport, params)
+
+    def _start(self, plan: Plan, transport: Transport | None, params: Mapping[str, Any] | None) -> None:
+        """Listen for OpenShift AI's controller when the plan says so, and start the sender when anything
+        is reported (to an endpoint, or only through that status)."""
+        from ._setup import make_sender, start_progression
+
+        if plan.metrics_address is not None:
+            self._progression = start_progression(plan)
+        if self._progression is not None:  # this run's status from now on, not a previous run's final one
+            self.metrics_address = self._progression.address
+            self._progression.collect([], self._first_snapshot())
+        reports = self.mode != "off" or self._progression is not None
+        self._collect = reports and self.identity.rank == 0
+        if not reports:
+            return
+        sender = make_sender(
+            plan,
+            run_id=self.run_id,
+            snapshot=self._snapshot,
+            on_command=self._on_command,
+            total_steps=lambda: self._total_steps,
+            buffer=self._buffer if self._collect else None,
+            transport=transport,
+            params=params,
+            progression=self._progression,
+        )
+        if sender.start():
+            self._sender = sender
+        else:
+            self._collect = False
+            self.mode = "off"
+            self.yield_progression("")
 
     # ------------------------------------------------------------------------------------ hot path
 
@@ -350,6 +371,38 @@ class Run:
             gpus=self._gpus.read(),
         )
 
+    def yield_progression(self, reason: str) -> None:
+        """Leave OpenShift AI's progression to another reporter: serve nothing, write no termination message.
+
+        Integrations call this when the trainer carries Red Hat's own progression callback, which serves
+        the same status on the same port and writes the same message; ``reason`` says so in one info
+        line. A run that was serving closes the port (the other reporter may bind it next), and one that
+        reports nowhere else stops collecting. Never raises.
+        """
+        if reason:
+            _logger().info("stepwatch: %s; stepwatch leaves OpenShift AI's progression endpoint to it", reason)
+        progression, self._progression = self._progression, None
+        if progression is None:
+            return
+        self.metrics_address = None
+        progression.stand_aside()
+        sender = self._sender
+        if self.mode == "off" and sender is not None:  # it only fed the progression: nothing left to do
+            self._collect = False
+            self._sender = None
+            _ACTIVE.discard(self)
+            sender.abandon()
+
+    def _first_snapshot(self) -> Snapshot:
+        """What is known before the sender's first cycle (no GPU reading: that one is the sender's)."""
+        from ._wire import Snapshot
+        from .protocol import Progress
+
+        progress = Progress(
+            step=self._step, total_steps=self._total_steps, epoch=self._epoch, total_epochs=self._total_epochs
+        )
+        return Snapshot(wall_time=time.time(), progress=progress)
+
     def _on_command(self, command: Command) -> None:
         self._command_reason = command.reason
         if command.kind == "stop":
@@ -414,9 +467,15 @@ class Run:
             _logger().warning(message, *args)
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child the sender thread does not exist: the child reports nothing."""
+        """In a forked child the sender thread does not exist: the child reports nothing.
+
+        Nor does it serve anything: the progression server closes its sockets in the child by itself
+        (:mod:`stepwatch._status_server`), so a DataLoader worker never holds the port.
+        """
         self._collect = False
         self._sender = None
+        self._progression = None
+        self.metrics_address = None
         self._finished = True
         self._buffer.reset_after_fork()
         self._queue = self._buffer.queue
@@ -466,15 +525,19 @@ def init(
     interval: float | None = None,
     flush_timeout: float | None = None,
     disabled: bool | None = None,
+    metrics_port: int | str | bool | None = None,
     transport: Transport | None = None,
 ) -> Run:
     """Start reporting: returns the :class:`Run` a training loop calls ``step()`` on.
 
     Every argument falls back to its environment variable (``STEPWATCH_URL``, ``STEPWATCH_TOKEN``,
-    ``STEPWATCH_TOKEN_FILE``, ``STEPWATCH_JOB``, ``STEPWATCH_NAMESPACE``, ...), then to the upstream
-    Kubeflow Trainer variables (``KUBEFLOW_TRAINER_SERVER_URL``, ``..._TOKEN``, ``..._CA_CERT``).
-    Without an endpoint the run is a silent no-op after one info line. ``init`` never raises: a
-    setting it cannot use is reported with a warning and reporting is switched off.
+    ``STEPWATCH_TOKEN_FILE``, ``STEPWATCH_JOB``, ``STEPWATCH_NAMESPACE``, ``STEPWATCH_METRICS_PORT``,
+    ...), then to the upstream Kubeflow Trainer variables (``KUBEFLOW_TRAINER_SERVER_URL``,
+    ``..._TOKEN``, ``..._CA_CERT``). ``metrics_port`` says where rank 0 serves OpenShift AI's
+    progression status: a port, ``"HOST:PORT"`` or ``"off"``; unset, 28080 in a Kubeflow TrainJob's pod
+    and nowhere elsewhere (``docs/openshift-ai.md``). Without an endpoint or that status the run is a
+    silent no-op after one info line. ``init`` never raises: a setting it cannot use is reported
+    with a warning and reporting is switched off.
     """
     global _current
     from ._setup import plan_run
@@ -492,6 +555,7 @@ def init(
             "interval": interval,
             "flush_timeout": flush_timeout,
             "disabled": disabled,
+            "metrics_port": metrics_port,
         }
     )
     run = Run(
@@ -503,7 +567,7 @@ def init(
         transport=transport,
     )
     _current = run
-    if run.mode != "off":
+    if run._sender is not None:
         _ACTIVE.add(run)
         _install_process_hooks(plan.settings.handle_sigterm)
     return run

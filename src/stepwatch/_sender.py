@@ -21,13 +21,16 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._rate import RateMeter
 from ._transport import TokenSource, Transport, TransportError
 from ._window import WindowBuffer
 from ._wire import Snapshot, Wire
 from .protocol import Backoff, Command, parse_retry_after
+
+if TYPE_CHECKING:
+    from ._progression import Progression
 
 __all__ = ["Sender"]
 
@@ -38,6 +41,8 @@ _BACKOFF: Final = Backoff(base=1.0, cap=30.0, jitter="equal")
 _RETRY_AFTER_CAP: Final = 600.0
 """The longest a ``Retry-After`` holds the sender back (a longer one is a server's mistake)."""
 _FLUSH_RETRY: Final = 0.25
+_FINAL_COLLECT_WAIT: Final = 1.0
+"""How long ``flush`` waits for the thread's final collect before it ends the progression status itself."""
 _MAX_SENDS_PER_CYCLE: Final = 16
 
 
@@ -61,6 +66,7 @@ class Sender:
         registration: Callable[[], tuple[str, bytes]] | None = None,
         min_gap: float = 0.0,
         warn_after: float = 30.0,
+        progression: Progression | None = None,
     ) -> None:
         self.wire = wire
         self.transport = transport
@@ -77,12 +83,16 @@ class Sender:
         self._registration = registration if token.missing else None
         self._min_gap = min_gap
         self._warn_after = warn_after
+        self.progression = progression
+        """Where each collected status also goes: OpenShift AI's progression endpoint (rank 0), if served."""
         self._accepted_at: float | None = None
         """When a report was last accepted (``None``: since the start, none)."""
         self._started_at = 0.0
         self.failures = 0
         """Requests that failed (no answer, 5xx, 404, 408, 429, a refused token), for the summary."""
         self._last_request = -1e18
+        self._posted_at = -1e18
+        """When a cycle last sent (or tried to): the next waits ``min_gap`` after it."""
         self._not_before = 0.0
         """Set by Retry-After: no request before this, the final flush included."""
         self.rejected = 0
@@ -130,12 +140,19 @@ class Sender:
     def flush(self, final: Snapshot, timeout: float) -> bool:
         """Send ``final`` (and everything before it) and stop; ``True`` when it was delivered in time."""
         if not self.alive:
+            if self.progression is not None:  # the thread is gone: the termination message is written here
+                self.progression.collect([], final)
             return False
         self._final_deadline = self._clock() + timeout
         self._final_snapshot = final
         rejected_before = self.rejected
         self._stop.set()
         self._wake.set()
+        progression = self.progression
+        if progression is not None and not self._done.wait(min(timeout, _FINAL_COLLECT_WAIT)):
+            # the thread is held up (a request to a server that does not answer): the final progression
+            # status and its termination message go out from here, with the metrics last collected
+            progression.collect([], final)
         delivered = self._done.wait(timeout + 0.5) and self.wire.pending() is None
         if not delivered or self.rejected:
             self._summary(delivered, timeout)
@@ -193,7 +210,10 @@ class Sender:
             self._collect(now, None)
         elif self.buffer is not None:
             self.buffer.drain()  # woken early (a long queue, a retry): fold it, keep the window open
-        if now >= self._retry_at:
+        # min_gap: a Kubeflow endpoint takes a status every 5 s at most, while the cycles (and the progression
+        # status they serve) may come every 2 s; measured between cycles, so a 5 s interval posts every 5 s
+        if now >= self._retry_at and now - self._posted_at >= self._min_gap:
+            self._posted_at = now
             self._send_pending(deadline=None)
 
     def _final_cycle(self) -> None:
@@ -218,7 +238,10 @@ class Sender:
         windows = self.buffer.take() if self.buffer is not None else []
         snapshot = final if final is not None else self._snapshot()
         self.rate.add(now, snapshot.progress.step)
-        self.wire.collect(windows, self._with_rates(snapshot))
+        snapshot = self._with_rates(snapshot)
+        if self.progression is not None:  # first: at the end this writes the termination message, before any send
+            self.progression.collect(windows, snapshot)
+        self.wire.collect(windows, snapshot)
 
     def _with_rates(self, snapshot: Snapshot) -> Snapshot:
         """The snapshot with the recent pace: steps/s, samples/s, seconds per step, ETA."""

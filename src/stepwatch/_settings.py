@@ -11,9 +11,10 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from .protocol import LIMITS
+from .protocol.progression import DEFAULT_METRICS_PORT
 
 __all__ = ["SETTINGS", "ResolvedSettings", "Setting", "SettingError", "resolve"]
 
@@ -41,6 +42,43 @@ def _flag(text: str) -> bool:
     raise ValueError(f"must be true/false, 1/0, yes/no or on/off, got {text!r}")
 
 
+_OFF_WORDS: Final = ("off", "false", "no", "0")
+_ON_WORDS: Final = ("on", "true", "yes")
+
+
+def parse_metrics_port(value: object) -> tuple[str, int] | Literal[False]:
+    """Where to serve OpenShift AI's progression status: ``(host, port)``, or ``False`` for nowhere.
+
+    ``off`` (or ``0``, ``false``, ``no``, ``False``) is nowhere; a port (``28080``) is that port on every
+    address (``0.0.0.0``: the controller polls the pod's IP); ``HOST:PORT`` (``127.0.0.1:0``: a free
+    port on loopback, as tests use; ``[::]:28080`` for IPv6) is that address; ``on``/``True`` is 28080
+    on every address.
+    """
+    if value is False or value is None:
+        return False
+    if value is True:
+        return ("0.0.0.0", DEFAULT_METRICS_PORT)
+    text = str(value).strip() if isinstance(value, (str, int)) else ""
+    if text.lower() in _OFF_WORDS:
+        return False
+    if text.lower() in _ON_WORDS:
+        return ("0.0.0.0", DEFAULT_METRICS_PORT)
+    host, colon, port_text = text.rpartition(":")
+    if not colon:
+        host = "0.0.0.0"
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # [::1]:28080
+    elif ":" in host:
+        host = ""  # an IPv6 address without its brackets: which colon ends it?
+    if not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"must be a port, HOST:PORT or off, got {value!r}")
+    return (host, int(port_text))
+
+
+def _path_or_off(text: str) -> str | Literal[False]:
+    return False if text.strip().lower() in _OFF_WORDS else text
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting: its name (the ``init`` argument), environment variables, default, type and help."""
@@ -50,6 +88,8 @@ class Setting:
     default: Any
     parse: Callable[[str], Any]
     help: str
+    parse_argument: bool = False
+    """The ``init`` argument is parsed like the variable (it may come as text, as a number or as a flag)."""
 
 
 UPSTREAM_URL_ENV: Final = "KUBEFLOW_TRAINER_SERVER_URL"
@@ -123,8 +163,26 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         True,
         _flag,
         "Give framework trainers (transformers, Lightning, Keras, tqdm) stepwatch's callback when they are "
-        "imported, with no code change: under `stepwatch run`, or with an endpoint set (the installed .pth "
-        "hook). Read at interpreter start; 0 turns it off.",
+        "imported, with no code change: under `stepwatch run`, or with an endpoint set or in a Kubeflow TrainJob's "
+        "pod (the installed .pth hook). Read at interpreter start; 0 turns it off.",
+    ),
+    Setting(
+        "metrics_port",
+        ("STEPWATCH_METRICS_PORT",),
+        None,
+        parse_metrics_port,
+        "Where rank 0 serves OpenShift AI's progression status (GET on any path, JSON), with or without an "
+        f"endpoint: a port, HOST:PORT, or off. Unset: {DEFAULT_METRICS_PORT} on rank 0 of a Kubeflow TrainJob's "
+        "pod, off elsewhere. A port already taken (Red Hat's own callback) is left alone.",
+        parse_argument=True,
+    ),
+    Setting(
+        "termination_log",
+        ("STEPWATCH_TERMINATION_LOG",),
+        None,
+        _path_or_off,
+        "File rank 0 writes its final progression status to when the run ends, if it serves one. Unset: "
+        "/dev/termination-log when it exists (the container's termination message); off: none.",
     ),
 )
 
@@ -146,6 +204,10 @@ class ResolvedSettings:
     disabled: bool
     handle_sigterm: bool
     autoinstrument: bool
+    metrics_port: tuple[str, int] | Literal[False] | None
+    """Where to serve OpenShift AI's progression status; ``None``: not said (on in a TrainJob's pod)."""
+    termination_log: str | Literal[False] | None
+    """Where to write the final status; ``None``: not said (``/dev/termination-log`` when it exists)."""
     url_source: str
     """``"argument"``, the environment variable's name, or ``""`` when no URL is set."""
 
@@ -158,6 +220,11 @@ def resolve(arguments: Mapping[str, Any], environ: Mapping[str, str] | None = No
     for setting in SETTINGS:
         given = arguments.get(setting.name)
         if given is not None:
+            if setting.parse_argument:
+                try:
+                    given = setting.parse(given)
+                except ValueError as exc:
+                    raise SettingError(f"{setting.name}={given!r}: {exc}") from None
             values[setting.name] = given
             sources[setting.name] = "argument"
             continue

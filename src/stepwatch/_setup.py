@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._env import default_job_name, detect_identity
 from ._sender import Sender
 from ._settings import UPSTREAM_URL_ENV, ResolvedSettings, SettingError, resolve
+from ._trainjob import trainjob_node
 from ._transport import HTTPTransport, TokenSource, Transport
 from ._version import __version__
 from ._window import WindowBuffer
-from ._wire import KubeflowWire, NativeWire, Snapshot, Wire
+from ._wire import KubeflowWire, NativeWire, NullWire, Snapshot, Wire
 from .protocol import (
     LIMITS,
     Command,
@@ -31,11 +33,20 @@ from .protocol import (
     report_path,
     sanitize_name,
 )
+from .protocol.progression import DEFAULT_METRICS_PORT
 
-__all__ = ["Plan", "clean_params", "make_sender", "plan_run"]
+if TYPE_CHECKING:
+    from ._progression import Progression
+
+__all__ = ["Plan", "clean_params", "make_sender", "plan_run", "start_progression"]
 
 _log = logging.getLogger("stepwatch")
 _said_off = False
+_said: set[str] = set()
+"""Lines about the progression server already said in this process (each once)."""
+_NO_ENDPOINT = "stepwatch: no endpoint set (STEPWATCH_URL or KUBEFLOW_TRAINER_SERVER_URL)"
+TERMINATION_LOG = "/dev/termination-log"
+"""Where the kubelet reads a container's termination message (its default ``terminationMessagePath``)."""
 
 Mode = Literal["native", "kubeflow", "off"]
 
@@ -50,6 +61,10 @@ class Plan:
     mode: Mode
     url: str | None
     identity: Identity
+    metrics_address: tuple[str, int] | None = None
+    """Where this process serves OpenShift AI's progression status (rank 0 only); ``None``: it does not."""
+    termination_log: str | None = None
+    """Where it writes the final status when the run ends, if it serves one."""
 
 
 def plan_run(arguments: Mapping[str, Any]) -> Plan:
@@ -59,21 +74,94 @@ def plan_run(arguments: Mapping[str, Any]) -> Plan:
         settings = resolve(arguments)
         problem = ""
     except SettingError as exc:
-        settings = resolve({**arguments, "disabled": True}, environ={})
+        settings = resolve({**arguments, "disabled": True, "metrics_port": None}, environ={})
         problem = str(exc)
     job = _checked_name(settings.job or default_job_name(), "job")
     namespace = _checked_name(settings.namespace, "namespace")
     mode, url = _endpoint(settings, namespace, job)
+    identity = detect_identity()
+    address = _metrics_address(settings, identity)
     if problem:
         _log.warning("stepwatch: %s; reporting is off", problem)
         mode, url = "off", None
-    elif mode == "off" and not settings.disabled and not _said_off:
+    elif mode == "off" and address is None and not settings.disabled and not _said_off:
         _said_off = True
-        _say_off("stepwatch: no endpoint set (STEPWATCH_URL or KUBEFLOW_TRAINER_SERVER_URL); reporting is off")
-    identity = detect_identity()
+        _say_off(f"{_NO_ENDPOINT}; reporting is off")
     if mode == "kubeflow" and identity.rank != 0:
         mode, url = "off", None  # upstream takes one status per TrainJob: rank 0's
-    return Plan(settings=settings, job=job, namespace=namespace, mode=mode, url=url, identity=identity)
+    return Plan(
+        settings=settings,
+        job=job,
+        namespace=namespace,
+        mode=mode,
+        url=url,
+        identity=identity,
+        metrics_address=address,
+        termination_log=_termination_log(settings) if address is not None else None,
+    )
+
+
+def _metrics_address(settings: ResolvedSettings, identity: Identity) -> tuple[str, int] | None:
+    """Where this process serves OpenShift AI's progression: global rank 0, when asked or in a TrainJob's pod.
+
+    Only rank 0 of the whole job listens (Red Hat's controller polls the first pod, and other ranks'
+    metrics are not the job's); unset, the endpoint is on in the first pod of a Kubeflow TrainJob
+    (:func:`~._trainjob.trainjob_node`) and off elsewhere.
+    """
+    if settings.disabled or settings.metrics_port is False or identity.rank != 0:
+        return None
+    if settings.metrics_port is not None:
+        return settings.metrics_port
+    if trainjob_node() == 0:
+        return ("0.0.0.0", DEFAULT_METRICS_PORT)
+    return None
+
+
+def _termination_log(settings: ResolvedSettings) -> str | None:
+    if settings.termination_log is False:
+        return None
+    if settings.termination_log:
+        return settings.termination_log
+    return TERMINATION_LOG if os.path.exists(TERMINATION_LOG) else None
+
+
+def start_progression(plan: Plan) -> Progression | None:
+    """Listen where the plan says, and say so in one line; ``None`` (said once) when the port is taken.
+
+    A taken port is not an error: in a pod of Red Hat's SDK its own callback serves the same status
+    there, and stepwatch then leaves the endpoint and the termination message to it.
+    """
+    from ._progression import Progression
+
+    assert plan.metrics_address is not None
+    host, port = plan.metrics_address
+    pushing = plan.mode != "off"
+    try:
+        progression = Progression.start(plan.metrics_address, plan.termination_log)
+    except OSError as exc:
+        rest = "" if pushing else f"; {_NO_ENDPOINT}, so reporting is off"
+        _say_once(
+            f"stepwatch: cannot listen on {_show(host, port)} ({exc.strerror or exc}): the port belongs to "
+            f"someone else (Red Hat's progression callback?), so stepwatch neither serves OpenShift AI's "
+            f"progression status nor writes the termination message{rest}"
+        )
+        return None
+    where = f"http://{_show(*progression.address)}/metrics"
+    if pushing:
+        _say_once(f"stepwatch: serving OpenShift AI's progression status on {where}")
+    else:
+        _say_once(f"{_NO_ENDPOINT}; serving OpenShift AI's progression status on {where} (no server needed)")
+    return progression
+
+
+def _show(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _say_once(line: str) -> None:
+    if line not in _said:
+        _said.add(line)
+        _say_off(line)
 
 
 def _say_off(line: str) -> None:
@@ -102,22 +190,26 @@ def make_sender(
     buffer: WindowBuffer | None,
     transport: Transport | None,
     params: Mapping[str, Any] | None,
+    progression: Progression | None = None,
 ) -> Sender:
     """The sender of a run, in the wire mode of its plan (not started).
 
     What it needs of the run comes as values and callables (its id, its snapshot, where commands
     go, its total steps when it registers), so that this module does not know :class:`~._run.Run`.
+    A run without an endpoint that serves its progression gets a sender that sends nothing.
     """
     settings = plan.settings
-    assert plan.url is not None
     wire: Wire
     interval = settings.interval
     registration = None
     if plan.mode == "native" and plan.identity.rank == 0:
         registration = _registration(plan, total_steps)
-    if plan.mode == "kubeflow":
+    if plan.url is None:
+        wire = NullWire()
+    elif plan.mode == "kubeflow":
         wire = KubeflowWire(plan.url)
-        interval = max(interval, LIMITS.min_kubeflow_interval_s)
+        if progression is None:  # else the status served keeps the interval; posts keep their 5 s (min_gap)
+            interval = max(interval, LIMITS.min_kubeflow_interval_s)
     else:
         wire = NativeWire(plan.url, run_id, plan.identity, clean_params(params))
         if plan.identity.rank != 0:
@@ -135,6 +227,7 @@ def make_sender(
         user_agent=f"stepwatch/{__version__} python/{sys.version_info[0]}.{sys.version_info[1]}",
         registration=registration,
         min_gap=LIMITS.min_kubeflow_interval_s if plan.mode == "kubeflow" else 0.0,
+        progression=progression,
     )
 
 

@@ -10,6 +10,8 @@ what is sent:
 * :class:`KubeflowWire` sends the whole status each time (upstream replaces it on every POST): the
   latest value of every metric, progress % and the remaining seconds at the recent rate, with the
   current step, total steps and epoch as metrics, also in the final report.
+* :class:`NullWire` sends nothing: a run with no endpoint whose sender only feeds OpenShift AI's
+  progression status (:mod:`stepwatch._progression`), which rank 0 serves itself.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from .protocol import (
     format_rfc3339,
 )
 
-__all__ = ["KubeflowWire", "NativeWire", "Snapshot", "Wire"]
+__all__ = ["KubeflowWire", "NativeWire", "NullWire", "Snapshot", "Wire"]
 
 
 @dataclass(frozen=True)
@@ -262,3 +264,23 @@ def _format(value: float) -> str:
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))[: LIMITS.max_metric_value_length]
+
+
+class NullWire:
+    """No endpoint: nothing to send (the sender collects for the progression status rank 0 serves)."""
+
+    url = ""
+
+    def collect(self, windows: list[MetricWindow], snapshot: Snapshot) -> None:
+        """Nothing to keep."""
+
+    def pending(self) -> bytes | None:
+        """Never anything to send."""
+        return None
+
+    def accepted(self, body: bytes) -> list[Command]:
+        """Never called: nothing is sent."""
+        return []
+
+    def rejected(self) -> None:
+        """Never called: nothing is sent."""

@@ -12,7 +12,9 @@ Two ways in, both inert unless the environment asks for reporting:
 - ``stepwatch run`` puts ``_site/`` (a ``sitecustomize.py`` that chains to the one it shadows) on
   the child's ``PYTHONPATH``;
 - the wheel ships ``stepwatch-autoinstrument.pth``, which calls :func:`activate` at interpreter start
-  when ``STEPWATCH_URL`` or ``KUBEFLOW_TRAINER_SERVER_URL`` is set (a Kubeflow TrainJob's pod).
+  when ``STEPWATCH_URL``, ``KUBEFLOW_TRAINER_SERVER_URL`` or ``STEPWATCH_METRICS_PORT`` is set, or
+  the process may be in a Kubeflow TrainJob's pod (its first test, on a few variables; :func:`enabled`
+  decides), where rank 0 serves OpenShift AI's progression status with no endpoint at all.
 
 ``STEPWATCH_AUTOINSTRUMENT=0`` turns both off. Nothing here raises: a failure to install is logged
 once at debug level on the ``stepwatch`` logger and the import goes on. This module imports only
@@ -53,13 +55,25 @@ _finder: _Finder | None = None
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the environment asks for auto-instrumentation: an endpoint set, and not opted out."""
+    """Whether the environment asks for auto-instrumentation, and does not opt out.
+
+    It asks with an endpoint (``STEPWATCH_URL``, ``KUBEFLOW_TRAINER_SERVER_URL``), with a progression
+    port (``STEPWATCH_METRICS_PORT`` other than ``off``), or by being a Kubeflow TrainJob's pod
+    (:func:`stepwatch._trainjob.trainjob_node`), unless ``STEPWATCH_METRICS_PORT`` is ``off`` there.
+    """
     env = os.environ if environ is None else environ
     if env.get("STEPWATCH_AUTOINSTRUMENT", "").strip().lower() in _OFF:
         return False
     if env.get("STEPWATCH_DISABLED", "").strip().lower() in ("1", "true", "yes", "on"):
         return False
-    return bool(env.get("STEPWATCH_URL") or env.get("KUBEFLOW_TRAINER_SERVER_URL"))
+    if env.get("STEPWATCH_URL") or env.get("KUBEFLOW_TRAINER_SERVER_URL"):
+        return True
+    port = env.get("STEPWATCH_METRICS_PORT", "").strip().lower()
+    if port:
+        return port not in _OFF
+    from .._trainjob import trainjob_node  # os only, like this module
+
+    return trainjob_node(env) is not None
 
 
 def active() -> bool:

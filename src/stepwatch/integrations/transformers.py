@@ -20,6 +20,11 @@ Exactly one reporter per job: where transformers' own ``KubeflowCallback`` switc
 (``KUBEFLOW_TRAINER_SERVER_URL`` is set), a trainer that has a ``StepwatchCallback`` drops it:
 stepwatch posts the same Kubeflow status itself, and more (epochs, eval metrics kept at the end,
 commands, history on a stepwatch server).
+
+OpenShift AI's progression (the status rank 0 serves on port 28080 and the termination message,
+``docs/openshift-ai.md``) comes with the run. Where the trainer also carries Red Hat's own
+``KubeflowProgressCallback`` (Red Hat's SDK adds it to every ``Trainer`` of a job with progression
+tracking), that callback serves it: the run then neither listens on the port nor writes the message.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ class StepwatchCallback(TrainerCallback):
         self._given = run
         self.run: stepwatch.Run | None = run
         self._owned = False
+        self._trainer_callbacks: list[Any] | None = None
+        """The callbacks of the trainer this one was given to (set when the trainer is made)."""
         self._stopping = False
         self._saving = False
         self._reason = ""
@@ -96,15 +103,18 @@ class StepwatchCallback(TrainerCallback):
         params = _hyperparameters(args, kwargs.get("model"))
         epochs = args.num_train_epochs if args.max_steps is None or args.max_steps <= 0 else None
         batch = _global_batch_size(args, state)
+        red_hat = _red_hat_progression(self._trainer_callbacks)
         if self._given is not None:
             self.run, self._owned = self._given, False
         elif stepwatch.current() is not None:
             self.run, self._owned = stepwatch.current(), False
         else:
-            self.run = stepwatch.init(params=params)
+            self.run = stepwatch.init(params=params, metrics_port=False if red_hat else None)
             self._owned = True
         run = self.run
         assert run is not None
+        if red_hat:
+            run.yield_progression(_RED_HAT_REASON)
         if state.max_steps and state.max_steps > 0:
             run.update(total_steps=state.max_steps)
             # the epochs the max_steps cover: num_train_epochs, or what max_steps amounts to
@@ -312,11 +322,26 @@ def _after_trainer_init(trainer: Any) -> None:
     if not ours and _auto:
         handler.add_callback(StepwatchCallback())
         ours = [cb for cb in handler.callbacks if isinstance(cb, StepwatchCallback)]
+    for cb in ours:  # read at train begin: Red Hat's callback may be added after this one, by an outer patch
+        cb._trainer_callbacks = handler.callbacks
     if ours and _reports():
         for cb in list(handler.callbacks):
             if type(cb).__name__ == "KubeflowCallback":
                 handler.remove_callback(cb)
                 _log.info("stepwatch: transformers' KubeflowCallback is replaced by stepwatch's callback")
+
+
+_RED_HAT_CALLBACK = "KubeflowProgressCallback"
+"""The class Red Hat's SDK (``kubeflow/trainer/rhai/transformers.py``) adds to every ``Trainer``."""
+_RED_HAT_REASON = (
+    "the trainer carries Red Hat's KubeflowProgressCallback, which serves OpenShift AI's progression status "
+    "and writes the termination message"
+)
+
+
+def _red_hat_progression(callbacks: list[Any] | None) -> bool:
+    """Whether Red Hat's progression callback is among a trainer's callbacks (it serves port 28080 itself)."""
+    return any(type(cb).__name__ == _RED_HAT_CALLBACK for cb in callbacks or ())
 
 
 def _reports() -> bool:

@@ -15,6 +15,8 @@ be told to misbehave: go down and come back, answer 403/429/500, hang, and hand 
 :class:`MemoryTransport` answers the sender in memory, for unit tests that need no socket.
 :class:`WebhookReceiver` records the server's notifications (signed webhooks) for tests of policies.
 :class:`FakeClock` is a clock that moves only when told, for ``create_app(clock=...)``.
+:func:`poll_progression` and :func:`read_termination_message` do what OpenShift AI's progression
+controller does with a training pod: poll the status rank 0 serves, read its termination message.
 :mod:`stepwatch.testing.server` (with the server extra; not imported here) runs a real stepwatch server
 in a thread: :class:`~stepwatch.testing.server.LocalServer`, :class:`~stepwatch.testing.server.ServerThread`.
 :mod:`stepwatch.testing.plugin` offers all of them as pytest fixtures (``stepwatch_sink``...), loaded by
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._clock import FakeClock
     from ._memory import MemoryTransport
+    from ._progression import poll_progression, read_termination_message
     from ._sink import Received, ReportSink
     from .webhooks import WebhookReceived, WebhookReceiver, WebhookReply
 
@@ -43,11 +46,15 @@ __all__ = [
     "WebhookReceived",
     "WebhookReceiver",
     "WebhookReply",
+    "poll_progression",
+    "read_termination_message",
 ]
 
 _HOMES = {
     "FakeClock": "._clock",
     "MemoryTransport": "._memory",
+    "poll_progression": "._progression",
+    "read_termination_message": "._progression",
     "Received": "._sink",
     "ReportSink": "._sink",
     "WebhookReceived": ".webhooks",

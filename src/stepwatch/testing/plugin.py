@@ -6,8 +6,8 @@ imports nothing but pytest at load time: a suite that uses none of them pays for
 ``stepwatch_server`` alone needs the server extra (``pip install 'stepwatch[server]'``).
 
 ==========================  ===================================================================================
-``stepwatch_clean``         no ``STEPWATCH_*``/``KUBEFLOW_TRAINER_SERVER_*`` variable from the machine, no run
-                            left active after the test, SIGTERM left to pytest
+``stepwatch_clean``         no ``STEPWATCH_*``/``KUBEFLOW_TRAINER_SERVER_*``, rank or TrainJob variable from the
+                            machine, no run left active after the test, SIGTERM left to pytest
 ``stepwatch_sink``          a started :class:`~stepwatch.testing.ReportSink` (a report endpoint on 127.0.0.1)
 ``stepwatch_transport``     a :class:`~stepwatch.testing.MemoryTransport` (``stepwatch.init(transport=...)``)
 ``stepwatch_clock``         a :class:`~stepwatch.testing.FakeClock` (``create_app(clock=...)``)
@@ -37,12 +37,14 @@ _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NT
 @pytest.fixture
 def stepwatch_clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The report core as in a fresh process: no stepwatch or rank variable from the machine (a developer's
-    ``STEPWATCH_URL`` would send the test's reports to a real server), SIGTERM left to pytest, and every
+    ``STEPWATCH_URL`` would send the test's reports to a real server), none of a Kubeflow TrainJob's pod
+    either (rank 0 would serve OpenShift AI's progression on port 28080), SIGTERM left to pytest, and every
     run the test started finished after it (a run left open keeps its sender thread retrying)."""
     from stepwatch import _run, finish
+    from stepwatch._trainjob import TRAINJOB_VARIABLES
 
     for name in list(os.environ):
-        if name.startswith(_PREFIXES) or name in _RANK_VARIABLES:
+        if name.startswith(_PREFIXES) or name in _RANK_VARIABLES or name in TRAINJOB_VARIABLES:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("STEPWATCH_HANDLE_SIGTERM", "0")
     yield

@@ -1,0 +1,352 @@
+"""OpenShift AI progression with real training processes and no stepwatch server anywhere.
+
+Each test runs a training loop written the way the README's tour writes it (``stepwatch.init(total_steps=...)``,
+``run.step(loss=...)``, ``run.finish()``) as a subprocess, polls it during training the way Red Hat's
+controller does (``GET /metrics``, 2 s timeout, 200 only, the body read with the port of its Go decoding),
+and at the end reads its termination message the way the controller reads the container's. The address
+comes from the one line the run says on stderr (``127.0.0.1:0``: a free port). Cases ``A1``..``A14``:
+``../shared/reference/rhoai-progression.md``. Standard library only: this file runs in the bare
+environment too.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from stepwatch.protocol.progression import ProgressionStatus
+from stepwatch.testing import poll_progression, read_termination_message
+
+TOTAL = 200
+HALF = 100
+
+LOOP = textwrap.dedent(
+    """
+    import math, os, sys, time
+    import stepwatch
+
+    mode = sys.argv[1]
+
+    def train_step(step):
+        time.sleep(0.01)
+        return math.nan if 60 <= step < 90 else 1.0 / (step + 1)  # a stretch of NaN losses
+
+    if mode == "with":
+        with stepwatch.init(total_steps=200) as run:
+            for step in range(200):
+                run.step(loss=train_step(step))
+        sys.exit(0)
+
+    run = stepwatch.init(total_steps=200)
+    for step in range(200):
+        loss = train_step(step)
+        run.step(loss=loss)
+        if run.current_step == 100:
+            if mode == "break":
+                break
+            if mode == "crash":
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            if mode == "sigterm":
+                print("half", flush=True)
+                time.sleep(60)
+    if mode != "exit":
+        run.finish()
+    """
+)
+
+
+@dataclass
+class Trainee:
+    """A training subprocess, the address it serves on, and what the controller read from it."""
+
+    process: subprocess.Popen[str]
+    address: tuple[str, int]
+    stdout: queue.Queue[str]
+    polls: list[ProgressionStatus] = field(default_factory=list)
+    failures: list[BaseException] = field(default_factory=list)
+
+    def poll_until_exit(self, every: float = 0.1, timeout: float = 90.0) -> int:
+        """Poll as the controller does until the process ends; its exit status."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            self.poll_once()
+            time.sleep(every)
+        return self.process.wait(timeout=max(deadline - time.monotonic(), 1))
+
+    def poll_once(self) -> ProgressionStatus | None:
+        try:
+            status = poll_progression(self.address)
+        except (ConnectionError, TimeoutError, OSError) as exc:  # refused once the process is gone
+            if self.process.poll() is None:
+                self.failures.append(exc)
+            return None
+        self.polls.append(status)
+        return status
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "KUBEFLOW_"))}
+    env.update(
+        STEPWATCH_METRICS_PORT="127.0.0.1:0",
+        STEPWATCH_TERMINATION_LOG=str(tmp_path / "termination-log"),
+        STEPWATCH_INTERVAL="0.1",
+        STEPWATCH_HANDLE_SIGTERM="1",
+    )
+    env.update(extra)
+    return env
+
+
+_SERVING = re.compile(r"serving OpenShift AI's progression status on http://([\d.]+):(\d+)/metrics")
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[object]:
+    started: list[subprocess.Popen[str]] = []
+
+    def run(code: str, *args: str, env: dict[str, str] | None = None) -> Trainee:
+        script = tmp_path / "train.py"
+        script.write_text(code)
+        process = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            env=env or _env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(process)
+        assert process.stderr is not None and process.stdout is not None
+        line = process.stderr.readline()  # said at init, before the first step
+        found = _SERVING.search(line)
+        assert found, line + process.stderr.read()
+        out: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [out.put(x) for x in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+        threading.Thread(target=process.stderr.read, daemon=True).start()
+        return Trainee(process, (found.group(1), int(found.group(2))), out)
+
+    yield run
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _message(tmp_path: Path) -> ProgressionStatus:
+    return read_termination_message(tmp_path / "termination-log")
+
+
+# ----------------------------------------------------------------------------- polled while it trains
+
+
+def test_a_plain_loop_with_no_server_is_read_by_the_controller_at_every_poll_and_at_the_end(
+    start: object, tmp_path: Path
+) -> None:
+    """A1, A2, A13: every poll is 200 and parses as Go parses it (NaN losses included, as null); the status
+    moves with the loop; the termination message is the final status: 100 %, remaining 0, the last loss."""
+    trainee = start(LOOP, "finish")  # type: ignore[operator]
+    assert trainee.poll_until_exit() == 0
+    assert not trainee.failures
+    polls = trainee.polls
+    assert len(polls) >= 10
+    steps = [p.current_step for p in polls]
+    assert steps == sorted(steps) and len(set(steps)) >= 5  # it moved, never backwards
+    assert all(p.total_steps == TOTAL for p in polls)
+    assert all(p.progress_percentage == (p.current_step or 0) * 100 // TOTAL for p in polls)
+    losses = [p.train_metrics.get("loss") for p in polls if p.train_metrics]
+    assert None in losses, "a NaN loss is served as null"
+    assert any(isinstance(v, float) for v in losses)
+    assert any(p.estimated_remaining_seconds for p in polls)  # an ETA while it trains
+    message = _message(tmp_path)
+    assert (message.progress_percentage, message.estimated_remaining_seconds) == (100, 0)
+    assert (message.current_step, message.total_steps) == (TOTAL, TOTAL)
+    assert message.train_metrics == {"loss": pytest.approx(1 / TOTAL)}
+
+
+@pytest.mark.parametrize(("mode", "code", "percent"), [("with", 0, 100), ("exit", 0, 100), ("break", 0, 50)])
+def test_every_ending_writes_the_termination_message(
+    start: object, tmp_path: Path, mode: str, code: int, percent: int
+) -> None:
+    """``with run:``, the end of the script without ``finish()`` (at exit), and an early end (A5: a ``break``
+    at 50 % keeps its real step and percentage; the controller then says "complete (early stopped)")."""
+    trainee = start(LOOP, mode)  # type: ignore[operator]
+    assert trainee.poll_until_exit() == code
+    message = _message(tmp_path)
+    assert (message.progress_percentage, message.estimated_remaining_seconds) == (percent, 0)
+    assert message.current_step == TOTAL * percent // 100
+
+
+def test_a_crash_writes_its_real_percentage(start: object, tmp_path: Path) -> None:
+    """A14, a deliberate difference: Red Hat's callback writes nothing on a crash; the run writes where it
+    stood, so that the controller says "failed at 50%" (docs/kubernetes.md)."""
+    trainee = start(LOOP, "crash")  # type: ignore[operator]
+    assert trainee.poll_until_exit() == 1
+    message = _message(tmp_path)
+    assert (message.progress_percentage, message.current_step, message.estimated_remaining_seconds) == (50, HALF, 0)
+
+
+def test_sigterm_writes_the_termination_message(start: object, tmp_path: Path) -> None:
+    """The kubelet's SIGTERM (a TrainJob suspended or deleted): the final status is written, then the process
+    dies of the signal as it would have."""
+    trainee = start(LOOP, "sigterm")  # type: ignore[operator]
+    assert trainee.stdout.get(timeout=60) == "half\n"
+    time.sleep(0.3)  # a cycle, so that the served status has caught up with the loop
+    assert trainee.poll_once() is not None
+    trainee.process.send_signal(signal.SIGTERM)
+    assert trainee.process.wait(timeout=30) == -signal.SIGTERM
+    message = _message(tmp_path)
+    assert (message.progress_percentage, message.current_step, message.estimated_remaining_seconds) == (50, HALF, 0)
+
+
+# ------------------------------------------------------------------------------------ a busy loop
+
+
+BUSY = textwrap.dedent(
+    """
+    import sys, time
+    import stepwatch
+
+    run = stepwatch.init(total_steps=1000)
+    for _ in range(10):
+        run.step(loss=0.5)
+    time.sleep(0.5)
+    print("busy", flush=True)
+    end = time.monotonic() + float(sys.argv[1])
+    x = 0
+    while time.monotonic() < end:  # pure Python on the main thread: the GIL is always wanted
+        for i in range(10000):
+            x += i * i % 7
+    run.step(loss=0.25)
+    run.finish()
+    """
+)
+
+
+def test_the_status_is_answered_within_two_seconds_while_the_loop_is_cpu_bound(start: object) -> None:
+    """The controller's 2 s timeout, against a main thread that runs pure Python without a pause: the
+    server thread gets the GIL at each switch interval, and a GET needs little of it."""
+    trainee = start(BUSY, "6")  # type: ignore[operator]
+    assert trainee.stdout.get(timeout=60) == "busy\n"
+    times = []
+    for _ in range(15):
+        began = time.monotonic()
+        status = poll_progression(trainee.address)
+        times.append(time.monotonic() - began)
+        assert status.current_step == 10
+        time.sleep(0.2)
+    assert trainee.process.poll() is None, "the busy stretch outlasted the polls"
+    assert max(times) < 2.0, times
+    assert trainee.process.wait(timeout=60) == 0
+
+
+# ---------------------------------------------------------------------------------- ranks and forks
+
+
+NODE = textwrap.dedent(
+    """
+    import time
+    import stepwatch
+
+    run = stepwatch.init(total_steps=100)
+    for _ in range(100):
+        run.step(loss=1.0)
+        time.sleep(0.02)
+    run.finish()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listens(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_only_the_first_node_of_a_trainjob_listens(tmp_path: Path) -> None:
+    """A11 (two nodes): both pods of a two-node TrainJob (torch plugin's variables, one process per node)
+    would serve on their port; only node 0 (global rank 0) listens, node 1 never does."""
+    ports = [_free_port(), _free_port()]
+    processes = []
+    for node, port in enumerate(ports):
+        env = _env(
+            tmp_path,
+            KUBERNETES_SERVICE_HOST="10.0.0.1",
+            PET_NNODES="2",
+            PET_NODE_RANK=str(node),
+            JOB_COMPLETION_INDEX=str(node),
+            STEPWATCH_METRICS_PORT=f"127.0.0.1:{port}",
+            STEPWATCH_TERMINATION_LOG=str(tmp_path / f"termination-log-{node}"),
+        )
+        script = tmp_path / "node.py"
+        script.write_text(NODE)
+        processes.append(
+            subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        )
+    try:
+        seen = [False, False]
+        while processes[0].poll() is None:
+            seen = [seen[i] or _listens(port) for i, port in enumerate(ports)]
+            time.sleep(0.1)
+        assert [p.wait(timeout=60) for p in processes] == [0, 0]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    assert seen == [True, False]
+    assert read_termination_message(tmp_path / "termination-log-0").progress_percentage == 100
+    assert not (tmp_path / "termination-log-1").exists()
+
+
+FORK = textwrap.dedent(
+    """
+    import os, time
+    import stepwatch
+
+    run = stepwatch.init(total_steps=10)
+    run.step(loss=1.0)
+    time.sleep(0.3)
+    child = os.fork()  # a DataLoader worker
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
+    run.finish()
+    """
+)
+
+
+def test_a_forked_worker_does_not_keep_the_port_after_its_parent_is_gone(start: object) -> None:
+    trainee = start(FORK)  # type: ignore[operator]
+    child = int(trainee.stdout.get(timeout=60))
+    try:
+        assert trainee.process.wait(timeout=30) == 0
+        port = trainee.address[1]
+        assert not _listens(port)
+        with socket.socket() as sock:  # free for the next one (a restarted process, Red Hat's callback)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+        os.kill(child, 0)  # the worker still lives
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
