@@ -7,9 +7,11 @@ A module of its own rather than ``conftest.py``: ``tests/`` has two ``conftest.p
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +26,7 @@ from stepwatch.server.runners.kubernetes.runner import RunnerOptions, TrainJobRu
 if TYPE_CHECKING:
     from starlette.testclient import TestClient
 
-__all__ = ["Cluster", "cluster_runtime", "pod_status", "trainjob", "wait_for"]
+__all__ = ["Clock", "Cluster", "PodServer", "cluster_runtime", "pod_status", "trainjob", "wait_for"]
 
 
 def trainjob(
@@ -36,6 +38,7 @@ def trainjob(
     runtime: str = "torch-distributed",
     runtime_kind: str = "ClusterTrainingRuntime",
     labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A TrainJob as a user writes it, validated by Kubeflow Trainer's own API models (kubeflow_trainer_api)."""
     trainer: dict[str, Any] = {}
@@ -46,7 +49,7 @@ def trainjob(
     obj: dict[str, Any] = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}, "annotations": annotations or {}},
         "spec": {
             "runtimeRef": {"name": runtime, "kind": runtime_kind, "apiGroup": "trainer.kubeflow.org"},
             "trainer": trainer,
@@ -94,6 +97,76 @@ def cluster_runtime(name: str, nodes: int, gpus: int, product: str = "NVIDIA-H10
     }
     trainer_models.TrainerV1alpha1ClusterTrainingRuntime.from_dict(obj)
     return obj
+
+
+class Clock:
+    """The server's clock, moved by the test (whole seconds, so that second-precision times agree)."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = float(int(time.time())) if now is None else now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class PodServer:
+    """A real HTTP server on 127.0.0.1 standing in for a training pod's metrics endpoint (what Red Hat's
+    callback and stepwatch's report core serve): any path answers ``status`` with ``body`` after ``delay``
+    seconds; ``on_get`` runs before it answers. Every request is counted, and how many were in flight at once."""
+
+    def __init__(self, body: bytes = b"{}", status: int = 200, delay: float = 0.0) -> None:
+        self.body, self.status, self.delay = body, status, delay
+        self.on_get: Callable[[], None] | None = None
+        self.requests: list[str] = []
+        self.answered = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with server._lock:
+                    server.requests.append(self.path)
+                    server.in_flight += 1
+                    server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                try:
+                    if server.on_get is not None:
+                        server.on_get()
+                    time.sleep(server.delay)
+                    body, status = server.body, server.status
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+                        server.answered += 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True, name="fake-pod").start()
+
+    @property
+    def port(self) -> str:
+        return str(self.httpd.server_address[1])
+
+    def serve(self, body: bytes | str, status: int = 200, delay: float = 0.0) -> None:
+        self.body = body.encode() if isinstance(body, str) else body
+        self.status, self.delay = status, delay
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 10.0, message: str = "") -> Any:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubehelp import Cluster, trainjob, wait_for
+from kubehelp import Clock, Cluster, trainjob, wait_for
 
 from stepwatch.protocol import format_rfc3339
 from stepwatch.server import ServerSettings
@@ -31,16 +31,6 @@ from stepwatch.server.runners.kubernetes.reconcile import Config
 
 UPSTREAM_MANAGER = "trainer-status"
 """The field manager of upstream's status server (``client.FieldOwner("trainer-status")``)."""
-
-
-class Clock:
-    """The server's clock, moved by the test: both modes see the same run at the same times."""
-
-    def __init__(self) -> None:
-        self.now = float(int(time.time()))
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def recorded_run(start: float) -> list[tuple[float, dict[str, Any]]]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ....protocol import TrainerStatus, parse_rfc3339
@@ -64,6 +64,7 @@ __all__ = [
     "WriteStatus",
     "fingerprint",
     "reconcile",
+    "stored_already",
 ]
 
 
@@ -326,28 +327,34 @@ def _when(status: TrainerStatus) -> float:
 
 def _mirror(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
     """A :class:`Mirror` for each foreign status not stored yet: not the one mirrored last, none twice (by
-    content, ``lastUpdatedTime`` included), none older than the job's last report, and none as old as it
-    with the content stored last (stored before a restart, or seen again by a relist: a mirrored status is
-    stored at its own ``lastUpdatedTime``, so the two compare like with like). Times are whole seconds, so
-    two changes within one second are both stored: only the same content at the same time is the same."""
+    content, ``lastUpdatedTime`` included), and none the job has (:func:`stored_already`)."""
     actions: list[Action] = []
     marks = {o.mirrored}
-    stored = job.trainer_status
     for status, origin in _foreign(o, tj):
         body = status.to_body()["trainerStatus"]
         mark = fingerprint(body)
         if mark in marks:
             continue
         marks.add(mark)
+        if stored_already(job, status):
+            continue
         when = _when(status)
-        last = job.last_report_at
-        if last is not None and when != float("-inf") and (when < last or (when == last and body == stored)):
-            continue
-        if when == float("-inf") and body == stored:
-            continue
-        actions.append(Mirror(status, origin, mark, o.now if when == float("-inf") else min(when, o.now)))
-        stored = body
+        at = o.now if when == float("-inf") else min(when, o.now)
+        actions.append(Mirror(status, origin, mark, at))
+        job = replace(job, trainer_status=body, last_report_at=at)  # as the store will have it
     return actions
+
+
+def stored_already(job: Job, status: TrainerStatus) -> bool:
+    """Whether the job has this status already: it is older than the job's last report, or as old (or
+    without a time) and the same as the one stored last. A mirrored status is stored at its own
+    ``lastUpdatedTime``, so after a restart or a relist the two compare like with like; times are whole
+    seconds, so two different statuses within one second are both stored."""
+    when = _when(status)
+    same = status.to_body()["trainerStatus"] == job.trainer_status
+    if when == float("-inf") or job.last_report_at is None:
+        return same and when == float("-inf")
+    return when < job.last_report_at or (when == job.last_report_at and same)
 
 
 def _poll(o: Observed, tj: TrainJob) -> list[Action]:

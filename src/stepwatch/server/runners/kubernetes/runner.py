@@ -60,6 +60,7 @@ from .reconcile import (
     Suspend,
     WriteStatus,
     reconcile,
+    stored_already,
 )
 
 __all__ = ["RunnerOptions", "TrainJobRunner"]
@@ -594,8 +595,8 @@ class TrainJobRunner:
         self._observe(parse_trainjob(obj))
         status = status_from_annotation(text)
         job = self.jobs.get(key)
-        if status is None or job is None:
-            return
+        if status is None or job is None or stored_already(job, status):
+            return  # (stored already: a restarted runner's first poll within the second of the last one)
         at = min(parse_rfc3339(annotation.last_updated_time), self.clock())
         self.jobs[key] = await ingest_status(self.svc, job, status, at)
         self.stats["polled"] += 1
