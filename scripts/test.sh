@@ -47,4 +47,5 @@ echo "== report core without extras"
 if [ ! -x .venv-bare/bin/python ]; then python3 -m venv .venv-bare; fi
 .venv-bare/bin/python -m pip install --quiet --disable-pip-version-check . pytest
 .venv-bare/bin/python -m pytest -q -p no:cacheprovider tests/test_run.py tests/test_window.py tests/test_sender.py \
-  tests/test_config.py tests/test_protocol.py tests/test_progression_format.py
+  tests/test_config.py tests/test_protocol.py tests/test_progression_format.py tests/test_progression_endpoint.py \
+  tests/test_progression_lifecycle.py

@@ -3,31 +3,28 @@
 Each test runs a training loop written the way the README's tour writes it (``stepwatch.init(total_steps=...)``,
 ``run.step(loss=...)``, ``run.finish()``) as a subprocess, polls it during training the way Red Hat's
 controller does (``GET /metrics``, 2 s timeout, 200 only, the body read with the port of its Go decoding),
-and at the end reads its termination message the way the controller reads the container's. The address
-comes from the one line the run says on stderr (``127.0.0.1:0``: a free port). Cases ``A1``..``A14``:
-``../shared/reference/rhoai-progression.md``. Standard library only: this file runs in the bare
-environment too.
+and at the end reads its termination message the way the controller reads the container's
+(``tests/progression_trainee.py``). The address comes from the one line the run says on stderr
+(``127.0.0.1:0``: a free port). Cases ``A1``..``A14``: ``../shared/reference/rhoai-progression.md``.
+Standard library only: this file runs in the bare environment too.
 """
 
 from __future__ import annotations
 
 import os
-import queue
-import re
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from stepwatch.protocol.progression import ProgressionStatus
+from progression_trainee import Trainee, environment, python, trainee
 from stepwatch.testing import poll_progression, read_termination_message
 
 TOTAL = 200
@@ -68,97 +65,31 @@ LOOP = textwrap.dedent(
 )
 
 
-@dataclass
-class Trainee:
-    """A training subprocess, the address it serves on, and what the controller read from it."""
-
-    process: subprocess.Popen[str]
-    address: tuple[str, int]
-    stdout: queue.Queue[str]
-    polls: list[ProgressionStatus] = field(default_factory=list)
-    failures: list[BaseException] = field(default_factory=list)
-
-    def poll_until_exit(self, every: float = 0.1, timeout: float = 90.0) -> int:
-        """Poll as the controller does until the process ends; its exit status."""
-        deadline = time.monotonic() + timeout
-        while self.process.poll() is None and time.monotonic() < deadline:
-            self.poll_once()
-            time.sleep(every)
-        return self.process.wait(timeout=max(deadline - time.monotonic(), 1))
-
-    def poll_once(self) -> ProgressionStatus | None:
-        try:
-            status = poll_progression(self.address)
-        except (ConnectionError, TimeoutError, OSError) as exc:  # refused once the process is gone
-            if self.process.poll() is None:
-                self.failures.append(exc)
-            return None
-        self.polls.append(status)
-        return status
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "KUBEFLOW_"))}
-    env.update(
-        STEPWATCH_METRICS_PORT="127.0.0.1:0",
-        STEPWATCH_TERMINATION_LOG=str(tmp_path / "termination-log"),
-        STEPWATCH_INTERVAL="0.1",
-        STEPWATCH_HANDLE_SIGTERM="1",
-    )
-    env.update(extra)
-    return env
-
-
-_SERVING = re.compile(r"serving OpenShift AI's progression status on http://([\d.]+):(\d+)/metrics")
-
-
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[object]:
-    started: list[subprocess.Popen[str]] = []
+def start(tmp_path: Path) -> Iterator[Callable[..., Trainee]]:
+    """Start a script (its code) with these arguments; every one started is killed at the end if alive."""
+    with ExitStack() as stack:
 
-    def run(code: str, *args: str, env: dict[str, str] | None = None) -> Trainee:
-        script = tmp_path / "train.py"
-        script.write_text(code)
-        process = subprocess.Popen(
-            [sys.executable, str(script), *args],
-            env=env or _env(tmp_path),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started.append(process)
-        assert process.stderr is not None and process.stdout is not None
-        line = process.stderr.readline()  # said at init, before the first step
-        found = _SERVING.search(line)
-        assert found, line + process.stderr.read()
-        out: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [out.put(x) for x in process.stdout], daemon=True).start()  # type: ignore[union-attr]
-        threading.Thread(target=process.stderr.read, daemon=True).start()
-        return Trainee(process, (found.group(1), int(found.group(2))), out)
+        def run(code: str, *args: str) -> Trainee:
+            script = tmp_path / "train.py"
+            script.write_text(code)
+            return stack.enter_context(trainee(python(script, *args), tmp_path))
 
-    yield run
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def _message(tmp_path: Path) -> ProgressionStatus:
-    return read_termination_message(tmp_path / "termination-log")
+        yield run
 
 
 # ----------------------------------------------------------------------------- polled while it trains
 
 
 def test_a_plain_loop_with_no_server_is_read_by_the_controller_at_every_poll_and_at_the_end(
-    start: object, tmp_path: Path
+    start: Callable[..., Trainee], tmp_path: Path
 ) -> None:
     """A1, A2, A13: every poll is 200 and parses as Go parses it (NaN losses included, as null); the status
     moves with the loop; the termination message is the final status: 100 %, remaining 0, the last loss."""
-    trainee = start(LOOP, "finish")  # type: ignore[operator]
-    assert trainee.poll_until_exit() == 0
-    assert not trainee.failures
-    polls = trainee.polls
+    job = start(LOOP, "finish")
+    assert job.poll_until_exit() == 0
+    assert not job.failures
+    polls = job.polls
     assert len(polls) >= 10
     steps = [p.current_step for p in polls]
     assert steps == sorted(steps) and len(set(steps)) >= 5  # it moved, never backwards
@@ -168,7 +99,7 @@ def test_a_plain_loop_with_no_server_is_read_by_the_controller_at_every_poll_and
     assert None in losses, "a NaN loss is served as null"
     assert any(isinstance(v, float) for v in losses)
     assert any(p.estimated_remaining_seconds for p in polls)  # an ETA while it trains
-    message = _message(tmp_path)
+    message = job.termination_message()
     assert (message.progress_percentage, message.estimated_remaining_seconds) == (100, 0)
     assert (message.current_step, message.total_steps) == (TOTAL, TOTAL)
     assert message.train_metrics == {"loss": pytest.approx(1 / TOTAL)}
@@ -176,36 +107,36 @@ def test_a_plain_loop_with_no_server_is_read_by_the_controller_at_every_poll_and
 
 @pytest.mark.parametrize(("mode", "code", "percent"), [("with", 0, 100), ("exit", 0, 100), ("break", 0, 50)])
 def test_every_ending_writes_the_termination_message(
-    start: object, tmp_path: Path, mode: str, code: int, percent: int
+    start: Callable[..., Trainee], tmp_path: Path, mode: str, code: int, percent: int
 ) -> None:
     """``with run:``, the end of the script without ``finish()`` (at exit), and an early end (A5: a ``break``
     at 50 % keeps its real step and percentage; the controller then says "complete (early stopped)")."""
-    trainee = start(LOOP, mode)  # type: ignore[operator]
-    assert trainee.poll_until_exit() == code
-    message = _message(tmp_path)
+    job = start(LOOP, mode)
+    assert job.poll_until_exit() == code
+    message = job.termination_message()
     assert (message.progress_percentage, message.estimated_remaining_seconds) == (percent, 0)
     assert message.current_step == TOTAL * percent // 100
 
 
-def test_a_crash_writes_its_real_percentage(start: object, tmp_path: Path) -> None:
+def test_a_crash_writes_its_real_percentage(start: Callable[..., Trainee], tmp_path: Path) -> None:
     """A14, a deliberate difference: Red Hat's callback writes nothing on a crash; the run writes where it
     stood, so that the controller says "failed at 50%" (docs/kubernetes.md)."""
-    trainee = start(LOOP, "crash")  # type: ignore[operator]
-    assert trainee.poll_until_exit() == 1
-    message = _message(tmp_path)
+    job = start(LOOP, "crash")
+    assert job.poll_until_exit() == 1
+    message = job.termination_message()
     assert (message.progress_percentage, message.current_step, message.estimated_remaining_seconds) == (50, HALF, 0)
 
 
-def test_sigterm_writes_the_termination_message(start: object, tmp_path: Path) -> None:
+def test_sigterm_writes_the_termination_message(start: Callable[..., Trainee], tmp_path: Path) -> None:
     """The kubelet's SIGTERM (a TrainJob suspended or deleted): the final status is written, then the process
     dies of the signal as it would have."""
-    trainee = start(LOOP, "sigterm")  # type: ignore[operator]
-    assert trainee.stdout.get(timeout=60) == "half\n"
+    job = start(LOOP, "sigterm")
+    assert job.stdout.get(timeout=60) == "half\n"
     time.sleep(0.3)  # a cycle, so that the served status has caught up with the loop
-    assert trainee.poll_once() is not None
-    trainee.process.send_signal(signal.SIGTERM)
-    assert trainee.process.wait(timeout=30) == -signal.SIGTERM
-    message = _message(tmp_path)
+    assert job.poll_once() is not None
+    job.process.send_signal(signal.SIGTERM)
+    assert job.process.wait(timeout=30) == -signal.SIGTERM
+    message = job.termination_message()
     assert (message.progress_percentage, message.current_step, message.estimated_remaining_seconds) == (50, HALF, 0)
 
 
@@ -233,21 +164,21 @@ BUSY = textwrap.dedent(
 )
 
 
-def test_the_status_is_answered_within_two_seconds_while_the_loop_is_cpu_bound(start: object) -> None:
+def test_the_status_is_answered_within_two_seconds_while_the_loop_is_cpu_bound(start: Callable[..., Trainee]) -> None:
     """The controller's 2 s timeout, against a main thread that runs pure Python without a pause: the
     server thread gets the GIL at each switch interval, and a GET needs little of it."""
-    trainee = start(BUSY, "6")  # type: ignore[operator]
-    assert trainee.stdout.get(timeout=60) == "busy\n"
+    job = start(BUSY, "6")
+    assert job.stdout.get(timeout=60) == "busy\n"
     times = []
     for _ in range(15):
         began = time.monotonic()
-        status = poll_progression(trainee.address)
+        status = poll_progression(job.address)
         times.append(time.monotonic() - began)
         assert status.current_step == 10
         time.sleep(0.2)
-    assert trainee.process.poll() is None, "the busy stretch outlasted the polls"
+    assert job.process.poll() is None, "the busy stretch outlasted the polls"
     assert max(times) < 2.0, times
-    assert trainee.process.wait(timeout=60) == 0
+    assert job.process.wait(timeout=60) == 0
 
 
 # ---------------------------------------------------------------------------------- ranks and forks
@@ -287,7 +218,7 @@ def test_only_the_first_node_of_a_trainjob_listens(tmp_path: Path) -> None:
     ports = [_free_port(), _free_port()]
     processes = []
     for node, port in enumerate(ports):
-        env = _env(
+        env = environment(
             tmp_path,
             KUBERNETES_SERVICE_HOST="10.0.0.1",
             PET_NNODES="2",
@@ -334,12 +265,12 @@ FORK = textwrap.dedent(
 )
 
 
-def test_a_forked_worker_does_not_keep_the_port_after_its_parent_is_gone(start: object) -> None:
-    trainee = start(FORK)  # type: ignore[operator]
-    child = int(trainee.stdout.get(timeout=60))
+def test_a_forked_worker_does_not_keep_the_port_after_its_parent_is_gone(start: Callable[..., Trainee]) -> None:
+    job = start(FORK)
+    child = int(job.stdout.get(timeout=60))
     try:
-        assert trainee.process.wait(timeout=30) == 0
-        port = trainee.address[1]
+        assert job.process.wait(timeout=30) == 0
+        port = job.address[1]
         assert not _listens(port)
         with socket.socket() as sock:  # free for the next one (a restarted process, Red Hat's callback)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

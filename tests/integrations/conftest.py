@@ -156,3 +156,14 @@ def checkpoint_dir(tmp_path: Path) -> Path:
     path = tmp_path / "checkpoints"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def progression_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No stepwatch server: the run serves OpenShift AI's progression on a free loopback port (what rank 0 of a
+    TrainJob pod does on 28080) and writes its termination message to the file returned."""
+    log = tmp_path / "termination-log"
+    monkeypatch.setenv("STEPWATCH_METRICS_PORT", "127.0.0.1:0")
+    monkeypatch.setenv("STEPWATCH_TERMINATION_LOG", str(log))
+    monkeypatch.setenv("STEPWATCH_INTERVAL", "0.05")
+    return log

@@ -133,6 +133,15 @@ def test_a_framework_imported_before_activation_is_instrumented_at_once(
         ({"STEPWATCH_URL": "http://x", "STEPWATCH_AUTOINSTRUMENT": "off"}, False),
         ({"STEPWATCH_URL": "http://x", "STEPWATCH_AUTOINSTRUMENT": "1"}, True),
         ({"STEPWATCH_URL": "http://x", "STEPWATCH_DISABLED": "true"}, False),
+        # OpenShift AI's progression needs no endpoint: a progression port, or a TrainJob's pod (docs/openshift-ai.md)
+        ({"STEPWATCH_METRICS_PORT": "28080"}, True),
+        ({"STEPWATCH_METRICS_PORT": "off"}, False),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "PET_NNODES": "2", "PET_NODE_RANK": "1"}, True),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "JOB_COMPLETION_INDEX": "0", "HOSTNAME": "ft-node-0-0"}, True),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "PET_NNODES": "1", "STEPWATCH_METRICS_PORT": "off"}, False),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "PET_NNODES": "1", "STEPWATCH_AUTOINSTRUMENT": "0"}, False),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, False),  # a pod, not a TrainJob's
+        ({"PET_NNODES": "1"}, False),  # torchrun's variables outside Kubernetes
     ],
 )
 def test_enabled_by_the_environment(env: dict[str, str], expected: bool) -> None:
@@ -170,6 +179,11 @@ PROBE = (
         ({"STEPWATCH_URL": "http://127.0.0.1:1"}, "True True"),
         ({"KUBEFLOW_TRAINER_SERVER_URL": "https://x/status"}, "True True"),
         ({"STEPWATCH_URL": "http://127.0.0.1:1", "STEPWATCH_AUTOINSTRUMENT": "0"}, "False False"),
+        ({"STEPWATCH_METRICS_PORT": "127.0.0.1:0"}, "True True"),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "PET_NNODES": "1", "PET_NODE_RANK": "0"}, "True True"),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "PET_NNODES": "1", "STEPWATCH_AUTOINSTRUMENT": "0"}, "False False"),
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, "False False"),  # any other pod: not even `import stepwatch`
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "JOB_COMPLETION_INDEX": "0"}, "False True"),  # enabled() decides
     ],
 )
 def test_the_pth_line_as_site_processes_it(tmp_path: Path, env: dict[str, str], expected: str) -> None:

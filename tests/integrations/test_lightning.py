@@ -20,7 +20,10 @@ L = pytest.importorskip("lightning.pytorch", reason="Lightning is not installed 
 
 import stepwatch  # noqa: E402
 import stepwatch.integrations.lightning as sw_lightning  # noqa: E402
+from progression_trainee import polled_in_process  # noqa: E402
 from stepwatch.integrations.lightning import StepwatchCallback  # noqa: E402
+from stepwatch.protocol.progression import ProgressionStatus  # noqa: E402
+from stepwatch.testing import read_termination_message  # noqa: E402
 
 LiveJob = Any  # tests/integrations/conftest.py: LiveJob
 
@@ -373,3 +376,19 @@ def test_validation_is_announced_and_no_stall(
     assert job["state"] == "finished" and job["progress"]["step"] == 2 * BATCHES
     states = [span["state"] for span in job["health_history"]]
     assert ("stalled" not in states) is announced, job["health"]
+
+
+def test_fit_serves_openshift_ai_progression_with_no_server(progression_env: Path, tmp_path: Path) -> None:
+    """OpenShift AI's controller polls rank 0 while ``fit`` runs and reads the termination message at the end
+    (docs/openshift-ai.md): no stepwatch server, no code beyond the callback (which auto-instrumentation adds)."""
+    train, valid = _loaders()
+    trainer = _trainer(tmp_path, [StepwatchCallback()])
+    with polled_in_process() as polls:
+        trainer.fit(TinyRegressor(pause=0.02), train, valid)
+    assert polls and all(isinstance(p, ProgressionStatus) for p in polls), polls[:3]
+    assert any(0 < (p.current_step or 0) < 2 * BATCHES for p in polls if isinstance(p, ProgressionStatus))
+    message = read_termination_message(progression_env)
+    assert (message.progress_percentage, message.estimated_remaining_seconds) == (100, 0)
+    assert (message.current_step, message.total_steps, message.total_epochs) == (32, 32, 2)
+    assert message.train_metrics and "train_loss" in message.train_metrics
+    assert message.eval_metrics and "val_loss" in message.eval_metrics

@@ -102,24 +102,25 @@ class StepwatchCallback(TrainerCallback):
         self._stopping = self._saving = False
         params = _hyperparameters(args, kwargs.get("model"))
         epochs = args.num_train_epochs if args.max_steps is None or args.max_steps <= 0 else None
+        total = state.max_steps if state.max_steps and state.max_steps > 0 else None
+        if total is not None:  # the epochs the max_steps cover: num_train_epochs, or what max_steps amounts to
+            epochs = epochs or _epochs_of(state)
+        epochs = epochs if epochs and epochs > 0 else None
         batch = _global_batch_size(args, state)
         red_hat = _red_hat_progression(self._trainer_callbacks)
         if self._given is not None:
             self.run, self._owned = self._given, False
         elif stepwatch.current() is not None:
             self.run, self._owned = stepwatch.current(), False
-        else:
-            self.run = stepwatch.init(params=params, metrics_port=False if red_hat else None)
+        else:  # with the totals at once: the first status it serves has them
+            port = False if red_hat else None
+            self.run = stepwatch.init(params=params, total_steps=total, total_epochs=epochs, metrics_port=port)
             self._owned = True
         run = self.run
         assert run is not None
         if red_hat:
             run.yield_progression(_RED_HAT_REASON)
-        if state.max_steps and state.max_steps > 0:
-            run.update(total_steps=state.max_steps)
-            # the epochs the max_steps cover: num_train_epochs, or what max_steps amounts to
-            epochs = epochs or _epochs_of(state)
-        run.update(total_epochs=epochs if epochs and epochs > 0 else None, batch_size=batch)
+        run.update(total_steps=total, total_epochs=epochs, batch_size=batch)
         if state.global_step:
             run.step(state.global_step)  # resumed from a checkpoint
 
