@@ -22,7 +22,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from fakeapi import FakeApi, RsaKey
-from kubehelp import Cluster
+from kubehelp import Cluster, PodServer
 
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import SQLiteStore
@@ -86,3 +86,19 @@ def make_cluster(fake: FakeApi, tmp_path: Path) -> Iterator[Callable[..., Cluste
 @pytest.fixture
 def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
     return make_cluster()
+
+
+@pytest.fixture
+def pods() -> Iterator[Callable[..., PodServer]]:
+    """``pods(body, status, delay)``: real HTTP servers on loopback standing in for training pods' metrics
+    endpoints (poll mode's tests), closed after the test."""
+    made: list[PodServer] = []
+
+    def make(body: str = "{}", status: int = 200, delay: float = 0.0) -> PodServer:
+        server = PodServer(body.encode(), status, delay)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.close()

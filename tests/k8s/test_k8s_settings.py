@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from stepwatch.server import ServerSettings
@@ -51,3 +54,24 @@ def test_kubernetes_settings_from_the_environment() -> None:
 def test_wrong_kubernetes_settings_are_refused_by_name(variable: str, value: str) -> None:
     with pytest.raises(ValueError, match=variable):
         ServerSettings.resolve({}, {variable: value})
+
+
+@pytest.mark.parametrize(("value", "mode"), [("poll", "poll"), (" POLL ", "poll"), ("observer", "observer")])
+def test_poll_mode_and_its_network_policy_switch(value: str, mode: str) -> None:
+    s = ServerSettings.resolve({}, {"STEPWATCH_K8S_MODE": value, "STEPWATCH_K8S_NETWORK_POLICY": "true"})
+    assert (s.k8s_mode, s.k8s_network_policy) == (mode, True)
+    assert not ServerSettings.resolve({}, {}).k8s_network_policy  # off unless asked for
+
+
+def test_the_server_starts_its_runner_in_poll_mode(make_cluster: Any, tmp_path: Path) -> None:
+    """The settings reach the runner (app lifespan, wiring.py), and the runner's namespace is read from its
+    ServiceAccount's mount as Red Hat's controller reads its own (else ``stepwatch``)."""
+    from stepwatch.server.runners.kubernetes.wiring import runner_namespace
+
+    cluster = make_cluster(k8s_runner=True, k8s_mode="poll", k8s_network_policy=True, k8s_pod_tokens=False)
+    config = cluster.app.state.k8s_runner.options.config
+    assert (config.mode, config.network_policy, config.runner_namespace) == ("poll", True, "stepwatch")
+    mounted = tmp_path / "namespace"
+    mounted.write_text("observability\n")
+    assert runner_namespace(str(mounted)) == "observability"
+    assert runner_namespace(str(tmp_path / "none")) == "stepwatch"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,20 +26,6 @@ MESSAGE = (
     '{"progressPercentage":100,"estimatedRemainingSeconds":0,"currentStep":124,"totalSteps":124,'
     '"currentEpoch":1.976,"totalEpochs":2,"trainMetrics":{"loss":3.4241},"evalMetrics":{"eval_loss":3.451}}'
 )
-
-
-@pytest.fixture
-def pods() -> Iterator[Callable[..., PodServer]]:
-    made: list[PodServer] = []
-
-    def make(body: str = "{}") -> PodServer:
-        server = PodServer(body.encode())
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        server.close()
 
 
 def node(message: str | None, name: str = "node") -> list[dict[str, Any]]:

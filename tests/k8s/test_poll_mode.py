@@ -15,7 +15,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fakeapi import FakeApi
@@ -36,21 +36,6 @@ from stepwatch.protocol.progression import (
 RH_MANAGER = "manager"
 """The field manager of Red Hat's controller: controller-runtime sets no fieldManager on its patches, so the API
 server names the manager after the client's user agent, the controller's binary (``manager``)."""
-
-
-@pytest.fixture
-def pods() -> Iterator[Callable[..., PodServer]]:
-    """``pods(body)``: real HTTP servers on loopback standing in for training pods."""
-    made: list[PodServer] = []
-
-    def make(body: str = "{}", status: int = 200, delay: float = 0.0) -> PodServer:
-        server = PodServer(body.encode(), status, delay)
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        server.close()
 
 
 FULL = served(
