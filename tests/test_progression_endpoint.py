@@ -163,6 +163,20 @@ def test_the_remaining_seconds_come_from_the_recent_rate(termination_log: Path) 
     assert isinstance(status.estimated_remaining_seconds, int) and status.estimated_remaining_seconds > 0
 
 
+def test_the_remaining_seconds_are_not_zero_while_steps_remain(termination_log: Path) -> None:
+    """The controller takes 0 s remaining as the final status (IsFinalStatusCaptured, B20) and would then not
+    read the termination message: 10 steps left at a fast pace (a few ms) are served as 1 s, not 0."""
+    run = _serve(total_steps=1000)
+    for step in range(1, 991):
+        run.step(step)
+        if step % 100 == 0:
+            time.sleep(INTERVAL)
+    status = _until(run, lambda s: s.current_step == 990 and s.estimated_remaining_seconds is not None)
+    assert status.estimated_remaining_seconds == 1
+    run.step(1000)
+    assert _until(run, lambda s: s.current_step == 1000).estimated_remaining_seconds == 0
+
+
 @pytest.mark.parametrize(
     ("logs", "train", "evals"),
     [

@@ -95,6 +95,10 @@ class Progression:
         eta = p.eta_seconds
         if p.step is not None and p.total_steps and p.step >= p.total_steps:
             eta = 0.0  # at its total, nothing remains, rate or no rate (as Red Hat's callback says)
+        elif eta is not None:
+            # never 0 while steps remain: the controller takes a status with 0 s remaining as final, and
+            # would then never read the termination message of a job whose last poll rounded 0.4 s down
+            eta = max(eta, 1.0)
         return build_status(
             step=p.step,
             total_steps=p.total_steps,

@@ -6,6 +6,7 @@ what it imports (the protocol, the HTTP transport) load with the first run.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -139,10 +140,10 @@ def start_progression(plan: Plan) -> Progression | None:
     try:
         progression = Progression.start(plan.metrics_address, plan.termination_log)
     except OSError as exc:
+        why = "the port is taken (by Red Hat's progression callback?)" if exc.errno == errno.EADDRINUSE else exc
         rest = "" if pushing else f"; {_NO_ENDPOINT}, so reporting is off"
         _say_once(
-            f"stepwatch: cannot listen on {_show(host, port)} ({exc.strerror or exc}): the port belongs to "
-            f"someone else (Red Hat's progression callback?), so stepwatch neither serves OpenShift AI's "
+            f"stepwatch: cannot listen on {_show(host, port)}: {why}; stepwatch neither serves OpenShift AI's "
             f"progression status nor writes the termination message{rest}"
         )
         return None
