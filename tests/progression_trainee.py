@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -112,6 +113,22 @@ def trainee(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (bound, noted, closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def listens(port: int) -> bool:
+    """Whether something accepts connections on this loopback port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def python(script: Path | str, *args: str) -> list[str]:

@@ -340,6 +340,24 @@ def test_with_a_push_endpoint_both_happen(termination_log: Path, sink: ReportSin
     assert read_termination_message(termination_log).progress_percentage == 40
 
 
+def test_with_a_kubeflow_endpoint_the_status_keeps_its_interval_and_posts_keep_5_s(
+    termination_log: Path, sink: ReportSink
+) -> None:
+    """Upstream's status endpoint takes a post every 5 s at most; the status served follows the loop every
+    interval all the same (the sender's cycles collect every interval, posts wait for their 5 s)."""
+    began = time.monotonic()
+    run = stepwatch.init(
+        job="kf", url=sink.kubeflow_url(), metrics_port="127.0.0.1:0", interval=INTERVAL, total_steps=100
+    )
+    for target in (10, 20, 30):
+        run.step(target, loss=0.5)
+        assert _until(run, lambda s, t=target: s.current_step == t).current_step == target  # type: ignore[misc]
+    assert 1 <= len(sink.statuses) <= 1 + (time.monotonic() - began) // 5
+    assert run.finish() is True
+    assert sink.statuses[-1].progress_percentage == 30
+    assert read_termination_message(termination_log).progress_percentage == 30
+
+
 def test_a_failed_write_is_one_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -372,21 +390,12 @@ def test_termination_log_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.
 # ---------------------------------------------------------------------------------------- who serves
 
 
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def _taken_port() -> Iterator[socket.socket]:
+def _taken_port() -> socket.socket:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server.HTTPServer does (Red Hat's)
     sock.bind(("127.0.0.1", 0))
     sock.listen(8)
-    yield sock
-    sock.close()
+    return sock
 
 
 def test_a_taken_port_is_left_alone_quietly(
@@ -396,7 +405,7 @@ def test_a_taken_port_is_left_alone_quietly(
     one info line, no warning, training goes on and no termination message is written (the other one's)."""
     caplog.set_level(logging.DEBUG, logger="stepwatch")
     monkeypatch.setattr(_setup, "_said", set())
-    holder = next(_taken_port())
+    holder = _taken_port()
     try:
         port = holder.getsockname()[1]
         run = stepwatch.init(job="taken", metrics_port=f"127.0.0.1:{port}", interval=INTERVAL, total_steps=10)

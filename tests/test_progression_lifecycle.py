@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from progression_trainee import Trainee, environment, python, trainee
+from progression_trainee import Trainee, environment, free_port, listens, python, trainee
 from stepwatch.testing import poll_progression, read_termination_message
 
 TOTAL = 200
@@ -198,24 +198,10 @@ NODE = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _listens(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def test_only_the_first_node_of_a_trainjob_listens(tmp_path: Path) -> None:
+def test_only_the_first_node_of_a_trainjoblistens(tmp_path: Path) -> None:
     """A11 (two nodes): both pods of a two-node TrainJob (torch plugin's variables, one process per node)
     would serve on their port; only node 0 (global rank 0) listens, node 1 never does."""
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     processes = []
     for node, port in enumerate(ports):
         env = environment(
@@ -235,7 +221,7 @@ def test_only_the_first_node_of_a_trainjob_listens(tmp_path: Path) -> None:
     try:
         seen = [False, False]
         while processes[0].poll() is None:
-            seen = [seen[i] or _listens(port) for i, port in enumerate(ports)]
+            seen = [seen[i] or listens(port) for i, port in enumerate(ports)]
             time.sleep(0.1)
         assert [p.wait(timeout=60) for p in processes] == [0, 0]
     finally:
@@ -271,7 +257,7 @@ def test_a_forked_worker_does_not_keep_the_port_after_its_parent_is_gone(start: 
     try:
         assert job.process.wait(timeout=30) == 0
         port = job.address[1]
-        assert not _listens(port)
+        assert not listens(port)
         with socket.socket() as sock:  # free for the next one (a restarted process, Red Hat's callback)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", port))

@@ -28,7 +28,7 @@ import hf_tiny
 from transformers import TrainerCallback
 
 import stepwatch
-from progression_trainee import environment, python, trainee
+from progression_trainee import environment, free_port, python, trainee
 from stepwatch.cli.run import _SITE_DIR
 from stepwatch.integrations import transformers as integration
 from stepwatch.integrations.transformers import StepwatchCallback
@@ -150,12 +150,6 @@ class KubeflowProgressCallback(TrainerCallback):  # type: ignore[misc]
             self.server.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.parametrize("order", ["theirs added last", "theirs first", "the user's run serves already"])
 def test_beside_red_hats_callback_stepwatch_neither_serves_nor_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, order: str
@@ -164,7 +158,7 @@ def test_beside_red_hats_callback_stepwatch_neither_serves_nor_writes(
     controller reads: stepwatch leaves the port to it (in whatever order the callbacks run) and writes no
     message, with one info line; it still reports everything else."""
     caplog.set_level(logging.INFO, logger="stepwatch")
-    port = _free_port()
+    port = free_port()
     ours = tmp_path / "stepwatch-termination-log"
     monkeypatch.setenv("STEPWATCH_METRICS_PORT", f"127.0.0.1:{port}")  # the same port as theirs
     monkeypatch.setenv("STEPWATCH_TERMINATION_LOG", str(ours))
