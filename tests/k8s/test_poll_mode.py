@@ -433,9 +433,8 @@ def test_slow_pods_do_not_hold_up_the_others(
     wait_for(lambda: runner.stats["polled"] >= 5, 10, "the fast pods written")
     assert all(p.answered == 0 for p in slow)  # still waiting for the slow ones
     assert runner.stats["poll_errors"] == 0
-    started = time.monotonic()
-    assert cluster.client.get("/api/v1/jobs").status_code == 200  # the event loop is free
-    assert time.monotonic() - started < 1.0
+    assert cluster.client.get("/api/v1/jobs").status_code == 200  # the event loop answers...
+    assert runner.stats["poll_errors"] == 0  # ...while the slow polls still wait (not after they gave up)
     polled(runner, 3, key="poll_errors", timeout=15)  # each slow one given up at the 2 s deadline
     assert all(p.answered == 0 for p in slow)  # (before the pods answered)
     assert [len(p.requests) for p in slow + fast] == [1] * 8
@@ -450,4 +449,4 @@ def test_at_most_the_cap_at_once(make_cluster: Callable[..., Cluster], pods: Cal
         rank0_pod(cluster, f"job-{i}")
         cluster.fake.create_trainjob(tracked(f"job-{i}", shared.port))
     polled(runner, 10, timeout=30)
-    assert shared.most_in_flight == 3
+    assert 1 < shared.most_in_flight <= 3  # several at once, never more than the cap
