@@ -12,7 +12,9 @@ This package is what a training process imports. It uses the standard library on
 
 Configuration comes from the arguments of :func:`init`, then ``STEPWATCH_*`` environment variables,
 then the upstream Kubeflow Trainer ones (``KUBEFLOW_TRAINER_SERVER_URL``...). Without an endpoint
-every call is a no-op. The server, the client and the CLI live in sub-packages that are imported
+every call is a no-op, except on rank 0 of a Kubeflow TrainJob's pod (or with ``STEPWATCH_METRICS_PORT``),
+which serves Red Hat OpenShift AI's progression status and writes its termination message
+(docs/openshift-ai.md). The server, the client and the CLI live in sub-packages that are imported
 only when used.
 """
 
