@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
+from gohelp import needs_go, run_go
 from stepwatch.protocol.progression import (
     MAX_TERMINATION_MESSAGE,
     AnnotationStatus,
@@ -32,8 +30,6 @@ from stepwatch.protocol.progression import (
     encode_served,
     format_duration_summary,
 )
-
-GO_HARNESS = Path(__file__).parent / "go" / "progression"
 
 # ------------------------------------------------------------------ progression_test.go, ported
 
@@ -378,19 +374,11 @@ def _python_side(kind: str, body: str) -> dict[str, object]:
     return {"ok": True, "annotation": encode_annotation(annotation)}
 
 
-@pytest.mark.skipif(shutil.which("go") is None, reason="Go is not installed (apt-get install golang-go)")
-def test_port_agrees_with_go_encoding_json(tmp_path: Path) -> None:
+@needs_go
+def test_port_agrees_with_go_encoding_json() -> None:
     """Every body of the corpus: accepted or refused alike, and written back byte for byte alike."""
     corpus = _corpus()
-    lines = "".join(json.dumps({"kind": kind, "body": body}) + "\n" for kind, body in corpus)
-    env = {"GOCACHE": str(Path.home() / ".cache" / "go-build"), "GOFLAGS": "-mod=mod", "HOME": str(Path.home())}
-    env["PATH"] = str(Path(shutil.which("go") or "go").parent) + ":/usr/bin:/bin"
-    done = subprocess.run(
-        ["go", "run", "."], cwd=GO_HARNESS, input=lines, capture_output=True, text=True, env=env, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(answers) == len(corpus)
+    answers = run_go("progression", [{"kind": kind, "body": body} for kind, body in corpus])
     disagreements = []
     for (kind, body), go in zip(corpus, answers):
         ours = _python_side(kind, body)
