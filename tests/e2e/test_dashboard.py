@@ -119,6 +119,14 @@ def test_side_panel_charts_the_reported_points_and_a_new_point_live(page: Any, f
     )
     page.remove_listener("request", on_request)
     assert not reads, f"the point came by reading the history again, not live: {reads}"
+    # the latest values, as OpenShift AI's drawer lists them (train metrics, then eval ones), follow live too
+    wait_js(
+        page,
+        "const l = document.querySelector('[data-testid=latest-values]'); return l && l.innerText.includes('0.04');",
+    )
+    latest = page.locator("[data-testid=latest-values]").inner_text()
+    assert latest.index("Train metrics") < latest.index("grad_norm") < latest.index("Eval metrics"), latest
+    assert latest.index("Eval metrics") < latest.index("eval_loss"), latest
     # the NaN shows as a marker (a trace on the hidden top axis), the line keeps its gap
     wait_js(
         page,

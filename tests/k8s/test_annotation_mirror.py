@@ -8,6 +8,8 @@ behaviour), where the test writes the annotation as that controller does: a JSON
 
 from __future__ import annotations
 
+import io
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 from kubehelp import Clock, Cluster, trainjob, wait_for
 from podhelp import history
 
+from stepwatch.cli.describe import describe
 from stepwatch.protocol import format_rfc3339
 from stepwatch.protocol.progression import ANNOTATION_STATUS, AnnotationStatus, encode_annotation
 from stepwatch.server.runners.kubernetes.reconcile import Config
@@ -157,3 +160,39 @@ def test_an_annotation_go_cannot_read_is_not_stored(make_cluster: Callable[..., 
     wait_for(lambda: runner.stats["mirrored"] == 1, 10, "the good one")
     time.sleep(0.2)
     assert runner.stats["mirrored"] == 1 and (cluster.job("odd") or {})["progress"]["step"] == 10
+
+
+def test_describe_shows_what_the_openshift_ai_drawer_shows(make_cluster: Callable[..., Cluster]) -> None:
+    """Issue 28, Build 6: for a job seen only through Red Hat's annotation, ``stepwatch describe`` shows what
+    OpenShift AI's drawer shows (time remaining, completed steps x/y, epochs x/y, the train metrics then the
+    eval ones) and, once the job has ended, how the controller summed up its end."""
+    clock = Clock()
+    cluster = make_cluster(clock=clock, k8s_mode="observer", k8s_pod_tokens=False)
+    cluster.fake.create_trainjob(trainjob("drawer"))
+    runner = cluster.start_runner(config=Config(mode="observer"))
+    cluster.wait_job("drawer")
+    clock.now += 30
+    red_hat_writes(cluster, "drawer", polled_at(clock.now, 80))
+    wait_for(lambda: runner.stats["mirrored"] == 1, 10, "a poll")
+    view = cluster.job("drawer")
+    assert view is not None
+    out = io.StringIO()
+    describe(view, [], out, now=clock.now)
+    running = out.getvalue()
+    assert "Step:" in running and "80/200" in running and "0.8/2" in running
+    assert "6m" in running and "reported by the job" in running  # 360 s remaining, the job's own ETA
+    train, evals = running.index("Train metrics:"), running.index("Eval metrics:")
+    assert train < running.index("loss:") < evals < running.index("eval_accuracy:") < running.index("eval_loss:")
+    assert "OpenShift AI summary" not in running  # a running job's summary is its ETA, shown above
+    clock.now += 30
+    red_hat_writes(cluster, "drawer", polled_at(clock.now, 150, summary="complete (early stopped)"))
+    wait_for(lambda: runner.stats["mirrored"] == 2, 10, "the end")
+    cluster.fake.set_condition("nlp", "drawer", "Complete")
+    wait_for(lambda: (cluster.job("drawer") or {}).get("state") == "finished", 10, "finished")
+    view = cluster.job("drawer")
+    assert view is not None
+    out = io.StringIO()
+    describe(view, [], out, now=clock.now)
+    ended = out.getvalue()
+    assert "ended at 75.0%" in ended and "150/200" in ended
+    assert re.search(r"OpenShift AI summary: +complete \(early stopped\)", ended), ended

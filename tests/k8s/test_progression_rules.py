@@ -20,12 +20,12 @@ from stepwatch.protocol.progression import (
     ANNOTATION_POLL_INTERVAL,
     ANNOTATION_STATUS,
     ANNOTATION_TRACKING,
+    SUMMARY_METRIC,
     AnnotationStatus,
     ProgressionError,
     decode_annotation,
 )
 from stepwatch.server.runners.kubernetes.progression import (
-    SUMMARY_METRIC,
     Poll,
     PollState,
     final_pod,

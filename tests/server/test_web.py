@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from stepwatch.protocol.progression import EVAL_PREFIXES
 from stepwatch.server.api.routes import web
 
 JS = sorted((web.WEB_DIR / "js").glob("*.js"))
@@ -98,3 +99,13 @@ def test_unknown_dashboard_files_are_404_in_the_api_error_shape(client: Any) -> 
     assert response.json()["kind"] == "Status" and response.json()["code"] == 404
     # the API routes are untouched by the dashboard's
     assert client.get("/api/v1/jobs").json() == {"items": [], "total": 0}
+
+
+def test_the_dashboard_splits_train_and_eval_metrics_as_the_protocol_does() -> None:
+    """The panel lists the latest values as OpenShift AI's drawer does, train metrics then eval ones; which
+    are eval metrics is the protocol's rule (what the pod serves as ``evalMetrics``), written once in each
+    language: the two lists must stay the same."""
+    source = (web.WEB_DIR / "js" / "format.js").read_text()
+    found = re.search(r"export const EVAL_PREFIXES = \[([^\]]*)\];", source)
+    assert found, "format.js no longer declares EVAL_PREFIXES"
+    assert tuple(re.findall(r'"([^"]*)"', found.group(1))) == EVAL_PREFIXES

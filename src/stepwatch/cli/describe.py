@@ -12,6 +12,7 @@ import time
 from typing import Any, TextIO
 
 from ..protocol import ENDED_STATES
+from ..protocol.progression import SUMMARY_METRIC, is_eval_metric
 from ._errors import NO_SUCH_JOB, no_such_job
 from ._format import (
     add_server_flags,
@@ -122,6 +123,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
             ("Finishes", clock_time(eta.get("finish_time"), now)),
             ("Elapsed", duration(times.get("elapsed_seconds"))),
             ("World size", str(progress.get("world_size") or 1)),
+            *_reported_end(view),
         ],
     )
     if cost.get("rate_per_hour") is not None:
@@ -154,8 +156,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
         policy_lines.append((f"Acted on {trigger}", f"{what} at {clock_time(fired.get('t'), now)}"))
     if policy_lines:
         _section(out, "Policy", policy_lines)
-    metrics = view.get("metrics") or {}
-    _section(out, "Metrics", [(k, f"{v:.6g}" if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()])
+    _metric_sections(out, view.get("metrics") or {})
     params = view.get("params") or {}
     _section(out, "Params", [(k, str(v)) for k, v in sorted(params.items())])
     pending = view.get("pending_commands") or []
@@ -188,6 +189,28 @@ def _span_line(span: dict[str, Any], now: float, ended: bool) -> tuple[str, str]
     money = f", {_money(cost)}{' wasted' if span.get('wasted') else ''}" if cost is not None else ""
     still = "" if span.get("to") is not None or ended else ", still"
     return str(span.get("state", "")), f"{clock_time(start, now)} for {duration(span.get('seconds'))}{money}{still}"
+
+
+def _metric_sections(out: TextIO, metrics: dict[str, Any]) -> None:
+    """The last value of every metric; where there are eval metrics, as OpenShift AI's drawer lists them:
+    the train metrics, then the eval ones."""
+    values = [(k, f"{v:.6g}" if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()]
+    evals = [(k, v) for k, v in values if is_eval_metric(k)]
+    if evals:
+        _section(out, "Train metrics", [(k, v) for k, v in values if not is_eval_metric(k)])
+        _section(out, "Eval metrics", evals)
+    else:
+        _section(out, "Metrics", values)
+
+
+def _reported_end(view: dict[str, Any]) -> list[tuple[str, str]]:
+    """How the job's end was summed up where OpenShift AI's controller tracked it (``complete (early stopped)``,
+    ``failed at 60%``): said once the job has ended, as the annotation says it."""
+    if view.get("state") not in ENDED_STATES:
+        return []
+    metrics = (view.get("trainerStatus") or {}).get("metrics") or []
+    said = [str(m.get("value")) for m in metrics if isinstance(m, dict) and m.get("name") == SUMMARY_METRIC]
+    return [("OpenShift AI summary", said[-1])] if said else []
 
 
 def _ago(seconds: float | None) -> str:

@@ -44,7 +44,9 @@ __all__ = [
     "ANNOTATION_STATUS",
     "ANNOTATION_TRACKING",
     "DEFAULT_METRICS_PORT",
+    "EVAL_PREFIXES",
     "MAX_TERMINATION_MESSAGE",
+    "SUMMARY_METRIC",
     "TRAINER_CONTAINER",
     "AnnotationStatus",
     "ProgressionError",
@@ -70,10 +72,15 @@ TRAINER_CONTAINER: Final = "node"
 """The container whose termination message the controller reads at the end."""
 MAX_TERMINATION_MESSAGE: Final = 4096
 """The kubelet keeps at most this many bytes of a container's termination message."""
+EVAL_PREFIXES: Final = ("eval_", "eval/", "eval.", "val_", "val/", "validation_", "validation/")
+"""Metrics named with these prefixes are ``evalMetrics`` (Hugging Face's ``eval_*``, Keras' ``val_*``); the
+others are ``trainMetrics``."""
+SUMMARY_METRIC: Final = "estimatedRemainingTimeSummary"
+"""Where stepwatch keeps an annotation's summary (``complete``, ``complete (early stopped)``, ``failed at 60%``):
+a string metric of the job's ``trainerStatus`` as its API shows it (shown as written, never history)."""
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
-_EVAL_PREFIXES: Final = ("eval_", "eval/", "eval.", "val_", "val/", "validation_", "validation/")
 
 
 class ProgressionError(ValueError):
@@ -113,7 +120,7 @@ class AnnotationStatus(ProgressionStatus):
 
 def is_eval_metric(name: str) -> bool:
     """Whether a metric belongs in ``evalMetrics`` (``eval_loss``, ``eval/accuracy``, Keras' ``val_loss``)."""
-    return name.startswith(_EVAL_PREFIXES)
+    return name.startswith(EVAL_PREFIXES)
 
 
 def build_status(

@@ -40,6 +40,7 @@ from ....protocol.progression import (
     ANNOTATION_STATUS,
     ANNOTATION_TRACKING,
     DEFAULT_METRICS_PORT,
+    SUMMARY_METRIC,
     TRAINER_CONTAINER,
     AnnotationStatus,
     ProgressionError,
@@ -61,7 +62,6 @@ __all__ = [
     "LEGACY_REPLICA_INDEX",
     "LEGACY_REPLICA_TYPE",
     "POLL_TIMEOUT_S",
-    "SUMMARY_METRIC",
     "Poll",
     "PollState",
     "final_pod",
@@ -95,10 +95,6 @@ COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 LEGACY_JOB_NAME: Final = "training.kubeflow.org/job-name"
 LEGACY_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
 LEGACY_REPLICA_INDEX: Final = "training.kubeflow.org/replica-index"
-
-SUMMARY_METRIC: Final = "estimatedRemainingTimeSummary"
-"""The name under which the annotation's summary (``complete``, ``failed at 60%``...) is kept among the
-job's ``trainerStatus`` metrics (a string: shown as written, never history)."""
 
 
 # ---------------------------------------------------------------------------------------- switches

@@ -125,6 +125,14 @@ export function betterDirection(name) {
 }
 
 /** Order metric names as a training person reads them: losses, eval, rates, norms, throughput, rest. */
+// The metrics OpenShift AI's drawer lists as eval metrics (its annotation's evalMetrics): the prefixes of
+// stepwatch.protocol.progression.EVAL_PREFIXES (tests/server/test_web.py keeps the two lists the same).
+export const EVAL_PREFIXES = ["eval_", "eval/", "eval.", "val_", "val/", "validation_", "validation/"];
+
+export function isEvalMetric(name) {
+  return EVAL_PREFIXES.some((prefix) => name.startsWith(prefix));
+}
+
 export function metricOrder(names) {
   const rank = (n) => {
     if (lossMetric({ [n]: 0 }) && !/^eval|^val/i.test(n)) return 0;

@@ -6,7 +6,7 @@ import { chartLayout, chooseScale, columns, draw, loadPlotly, seriesTraces } fro
 import { h, replace } from "./dom.js";
 import {
   DASH, ENDED, HEALTH_STATES, JOB_STATES, evidenceFacts, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf,
-  fmtProgress, healthLabel, metricOrder, stateClass,
+  fmtProgress, fmtValue, healthLabel, isEvalMetric, metricOrder, stateClass,
 } from "./format.js";
 import { remaining } from "./list.js";
 import { state, subscribe } from "./state.js";
@@ -199,6 +199,8 @@ class Panel {
       ["Ranks", String(p.world_size ?? 1)],
     ];
     if (v.eta && v.eta.reported_seconds !== null && v.eta.reported_seconds !== undefined) items.push(["ETA the job reported", fmtDuration(v.eta.reported_seconds)]);
+    const summary = ENDED.has(v.state) ? reportedEnd(v) : null;
+    if (summary) items.push(["OpenShift AI summary", summary]);
     const percent = p.percent;
     replace(this.progress,
       h("h3", { id: "p-progress" }, "Progress"),
@@ -207,7 +209,21 @@ class Panel {
           h("div", { class: "fill", style: { width: `${percent ?? 0}%` } })),
         h("span", { class: "pct", "data-testid": "panel-percent" }, fmtProgress(v.state, percent))),
       facts(items, { "data-testid": "progress-facts" }),
+      this.latestValues(),
       this.ranksTable());
+  }
+
+  latestValues() {
+    // the last value of every metric, as OpenShift AI's drawer lists them: the train metrics, then the eval ones
+    const metrics = this.view.metrics || {};
+    const names = metricOrder(Object.keys(metrics));
+    if (!names.length) return null;
+    const group = (title, chosen) => chosen.length ? [h("h4", null, title),
+      facts(chosen.map((n) => [n, fmtValue(metrics[n])]))] : [];
+    const evals = names.filter(isEvalMetric);
+    const train = names.filter((n) => !isEvalMetric(n));
+    return h("div", { class: "latest", "data-testid": "latest-values" },
+      ...(evals.length ? [...group("Train metrics", train), ...group("Eval metrics", evals)] : group("Latest values", train)));
   }
 
   ranksTable() {
@@ -531,6 +547,13 @@ class Panel {
 function facts(items, attrs = {}) {
   return h("dl", { class: "facts", ...attrs }, items.map(([label, value, ddAttrs]) =>
     h("div", null, h("dt", null, label), h("dd", ddAttrs || null, value))));
+}
+
+/** How OpenShift AI's controller summed up the job's end ("complete (early stopped)", "failed at 60%"), when it did. */
+function reportedEnd(view) {
+  const metrics = (view.trainerStatus && view.trainerStatus.metrics) || [];
+  const said = metrics.filter((m) => m && m.name === "estimatedRemainingTimeSummary");
+  return said.length ? String(said[said.length - 1].value) : null;
 }
 
 /** What a policy did on a trigger: "diverging: stop at 6 Dec, 01:15:36" ("would stop" in a dry run). */
