@@ -110,6 +110,17 @@ def test_config_command_shows_values_and_sources(monkeypatch: pytest.MonkeyPatch
     assert rows["url"]["value"] == "http://127.0.0.1:8642" and rows["url"]["source"] == "STEPWATCH_URL"
     assert rows["token"]["value"] == "***"  # never printed
     assert rows["namespace"]["source"] == "default"
+    assert rows["metrics_port"]["value"] == "auto"  # not in a TrainJob pod: off, but the environment decides
+    for given, shown in (("127.0.0.1:9", "127.0.0.1:9"), ("28080", "0.0.0.0:28080"), ("off", "off")):
+        said = subprocess.run(
+            [sys.executable, "-m", "stepwatch", "config", "--json"],
+            env={**env, "STEPWATCH_METRICS_PORT": given},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        rows = {r["name"]: r for r in json.loads(said.stdout)["settings"]}
+        assert rows["metrics_port"]["value"] == shown, given
     table = subprocess.run(
         [sys.executable, "-m", "stepwatch", "config"], env=env, capture_output=True, text=True, timeout=60
     )

@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
             value = "***"
         if setting.name == "job" and value is None:
             value = default_job_name()
+        if setting.name == "metrics_port":  # parsed to (host, port), False (off) or None (by the environment)
+            value = f"{value[0]}:{value[1]}" if value else ("off" if value is False else "auto")
         rows.append(
             {
                 "name": setting.name,
