@@ -18,7 +18,7 @@ median steps/s over the rounds, the spread the interquartile range, the cost the
 included). Every figure is measured here, in this run::
 
     .venv/bin/python benchmarks/progression_overhead.py                     # 7 rounds, 0.2 and 2 ms steps
-    .venv/bin/python benchmarks/progression_overhead.py --quick              # 3 rounds, shorter (smoke run)
+    .venv/bin/python benchmarks/progression_overhead.py --quick              # 2 rounds of 0.5 s (smoke run)
     .venv/bin/python benchmarks/progression_overhead.py --json figures.json
 """
 
@@ -205,10 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds of each run")
     parser.add_argument("--work-us", default="200,2000", help="microseconds of pure Python per step, comma-separated")
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 1 s: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="2 rounds (one measured) of 0.5 s: a smoke run")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
-    rounds, seconds = (3, 1.0) if args.quick else (args.rounds, args.seconds)
+    rounds, seconds = (2, 0.5) if args.quick else (args.rounds, args.seconds)
     started = time.time()
     results = [measure(float(w), rounds, seconds) for w in args.work_us.split(",")]
     print(
