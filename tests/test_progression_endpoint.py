@@ -426,7 +426,6 @@ def test_without_an_endpoint_the_one_line_says_what_is_served(
     termination_log: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, logger="stepwatch")
-    monkeypatch.setattr(_setup, "_said_off", False)
     monkeypatch.setattr(_setup, "_said", set())  # as in a fresh process
     run = _serve(total_steps=10)
     assert run.mode == "off" and run.metrics_address is not None

@@ -32,7 +32,7 @@ def _count(reports: list[Report], name: str) -> int:
 
 def test_without_endpoint_is_a_noop_after_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="stepwatch")
-    _setup_said_off(False)
+    _setup_say_again()
     run = stepwatch.init(job="quiet")
     run.step(loss=1.0)
     run.log(eval_loss=2.0)
@@ -70,10 +70,11 @@ def test_without_endpoint_a_plain_script_says_so_on_stderr_at_once() -> None:
     assert rest == ""  # once
 
 
-def _setup_said_off(value: bool) -> None:
+def _setup_say_again() -> None:
+    """As in a fresh process: the lines said once are said again."""
     from stepwatch import _setup
 
-    _setup._said_off = value
+    _setup._said.clear()
 
 
 def test_disabled_wins_over_an_endpoint(monkeypatch: pytest.MonkeyPatch, sink: ReportSink) -> None:

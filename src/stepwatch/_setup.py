@@ -42,9 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["Plan", "clean_params", "make_sender", "plan_run", "start_progression"]
 
 _log = logging.getLogger("stepwatch")
-_said_off = False
 _said: set[str] = set()
-"""Lines about the progression server already said in this process (each once)."""
+"""The lines about where a run reports already said in this process (each is said once)."""
 _NO_ENDPOINT = "stepwatch: no endpoint set (STEPWATCH_URL or KUBEFLOW_TRAINER_SERVER_URL)"
 TERMINATION_LOG = "/dev/termination-log"
 """Where the kubelet reads a container's termination message (its default ``terminationMessagePath``)."""
@@ -70,7 +69,6 @@ class Plan:
 
 def plan_run(arguments: Mapping[str, Any]) -> Plan:
     """Resolve settings into a plan; never raises (an unusable setting switches reporting off)."""
-    global _said_off
     try:
         settings = resolve(arguments)
         problem = ""
@@ -85,9 +83,8 @@ def plan_run(arguments: Mapping[str, Any]) -> Plan:
     if problem:
         _log.warning("stepwatch: %s; reporting is off", problem)
         mode, url = "off", None
-    elif mode == "off" and address is None and not settings.disabled and not _said_off:
-        _said_off = True
-        _say_off(f"{_NO_ENDPOINT}; reporting is off")
+    elif mode == "off" and address is None and not settings.disabled:
+        _say_once(f"{_NO_ENDPOINT}; reporting is off")
     if mode == "kubeflow" and identity.rank != 0:
         mode, url = "off", None  # upstream takes one status per TrainJob: rank 0's
     return Plan(
@@ -160,17 +157,14 @@ def _show(host: str, port: int) -> str:
 
 
 def _say_once(line: str) -> None:
-    if line not in _said:
-        _said.add(line)
-        _say_off(line)
-
-
-def _say_off(line: str) -> None:
-    """The one info line of a run without an endpoint: logged, or on stderr when logging is not set up.
+    """An info line about where runs report, once per process: logged, or on stderr when logging is not set up.
 
     Python shows nothing below a warning until the program configures logging, so a first
     ``python train.py`` would say nothing at all; it gets the line on stderr instead, at once.
     """
+    if line in _said:
+        return
+    _said.add(line)
     if _log.hasHandlers():
         _log.info(line)
         return

@@ -159,7 +159,9 @@ CASES: list[tuple[str, Observed, list[str]]] = [
     ),
     (
         "OpenShift AI annotation written by its controller: mirrored",
-        Observed(NOW, tj(annotation=ANNOT, annotation_owners=frozenset({"rhoai"})), job(last_report_at=None)),
+        Observed(
+            NOW, tj(annotations={ANNOTATION: ANNOT}, annotation_owners=frozenset({"rhoai"})), job(last_report_at=None)
+        ),
         ["mirror"],
     ),
     (
@@ -189,7 +191,7 @@ CASES: list[tuple[str, Observed, list[str]]] = [
             NOW,
             tj(
                 trainer_status=trainer_status_for(job()),
-                annotation=annotation_for(job()),
+                annotations={ANNOTATION: annotation_for(job())},
                 status_owners=frozenset({"stepwatch"}),
                 annotation_owners=frozenset({"stepwatch"}),
             ),
@@ -330,7 +332,7 @@ def test_mirror_stores_status_and_annotation_both_in_the_order_of_their_times() 
     both = tj(
         trainer_status=UPSTREAM_STATUS,
         status_owners=frozenset({"trainer"}),
-        annotation=ANNOT,
+        annotations={ANNOTATION: ANNOT},
         annotation_owners=frozenset({"rhoai"}),
     )
     first, second = reconcile(Observed(NOW, both, job(last_report_at=None)))

@@ -95,8 +95,6 @@ class TrainJob:
     gpu_type: str = ""
     trainer_status: dict[str, Any] | None = None
     """``status.trainerStatus`` as it is on the object."""
-    annotation: str | None = None
-    """The OpenShift AI annotation as it is on the object."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Every annotation of the object whose value is a string (the progression switches among them)."""
     status_owners: frozenset[str] = frozenset()
@@ -109,6 +107,11 @@ class TrainJob:
     def key(self) -> tuple[str, str]:
         """``(namespace, name)``."""
         return (self.namespace, self.name)
+
+    @property
+    def annotation(self) -> str | None:
+        """The OpenShift AI annotation as it is on the object."""
+        return self.annotations.get(ANNOTATION)
 
     @property
     def live(self) -> bool:
@@ -253,7 +256,6 @@ def parse_trainjob(obj: Mapping[str, Any]) -> TrainJob:
         gpus_per_node=gpus_of(trainer.get("resourcesPerNode")),
         gpu_type=gpu_type_of(labels, annotations, node_selector),
         trainer_status=ts if isinstance(ts, dict) else None,
-        annotation=annotations.get(ANNOTATION) if isinstance(annotations.get(ANNOTATION), str) else None,
         annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
         status_owners=_owners(managed, ("status", "trainerStatus")),
         annotation_owners=_owners(managed, ("metadata", "annotations", ANNOTATION)),
