@@ -287,25 +287,19 @@ class TrainJobRunner:
         if old is None or old != parsed:
             seen.trainjob = parsed
             self.dirty.add(parsed.key)
-            manager = self.options.config.field_manager
-            status = parsed.trainer_status
-            if (
-                status
-                and parsed.status_owners - {manager}
-                and (old is None or old.trainer_status != status)
-                and status not in seen.changes[-1:]
-            ):
-                seen.changes.append(status)
-                del seen.changes[:-MAX_CHANGES]
-            note = parsed.annotation
-            if (
-                note
-                and parsed.annotation_owners - {manager}
-                and (old is None or old.annotation != note)
-                and note not in seen.annotation_changes[-1:]
-            ):
-                seen.annotation_changes.append(note)
-                del seen.annotation_changes[:-MAX_CHANGES]
+            manager = {self.options.config.field_manager}
+            _keep_change(
+                seen.changes,
+                parsed.trainer_status,
+                old.trainer_status if old is not None else None,
+                bool(parsed.status_owners - manager),
+            )
+            _keep_change(
+                seen.annotation_changes,
+                parsed.annotation,
+                old.annotation if old is not None else None,
+                bool(parsed.annotation_owners - manager),
+            )
 
     async def _read_store(self) -> None:
         store = self.svc.store
@@ -710,6 +704,14 @@ class TrainJobRunner:
             self.dirty.add(key)
         else:
             self._observe(parse_trainjob(obj))
+
+
+def _keep_change(changes: list[Any], value: Any, before: Any, foreign: bool) -> None:
+    """Keep a new value of a progress field another manager writes, to be mirrored in order (at most
+    :data:`MAX_CHANGES`, the oldest going first)."""
+    if value and foreign and value != before and value not in changes[-1:]:
+        changes.append(value)
+        del changes[:-MAX_CHANGES]
 
 
 def _newer(a: str, b: str) -> bool:
