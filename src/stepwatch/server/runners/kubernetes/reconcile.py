@@ -54,6 +54,7 @@ __all__ = [
     "EnsureNetworkPolicy",
     "FetchRuntime",
     "Mirror",
+    "Mode",
     "Observed",
     "QueueCommand",
     "Register",
@@ -68,6 +69,10 @@ __all__ = [
 ]
 
 
+Mode = Literal["endpoint", "observer", "poll"]
+"""How the runner meets the pods' progress (``STEPWATCH_K8S_MODE``; see :class:`Config`)."""
+
+
 @dataclass(frozen=True)
 class Config:
     """The runner's knobs that decisions depend on."""
@@ -79,7 +84,7 @@ class Config:
     status_interval_s: float = 5.0
     """At most one status write per job in this many seconds."""
     field_manager: str = FIELD_MANAGER
-    mode: Literal["endpoint", "observer", "poll"] = "endpoint"
+    mode: Mode = "endpoint"
     """``endpoint``: pods post to stepwatch, which writes ``status.trainerStatus``; ``observer``: pods post to
     upstream's status server, stepwatch only reads ``status.trainerStatus`` (and never writes it); ``poll``:
     as observer, and stepwatch polls the pods of TrainJobs annotated for OpenShift AI's progression tracking

@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from ...services import Services
     from ...settings import ServerSettings
+    from .reconcile import Mode
 
 __all__ = ["runner_namespace", "start_kubernetes"]
 
 _log = logging.getLogger("stepwatch.server.kubernetes")
 
-Mode = Literal["endpoint", "observer", "poll"]
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -63,7 +63,7 @@ async def start_kubernetes(
                 grace_s=settings.k8s_grace_s,
                 delete_on_stop=settings.k8s_delete_on_stop,
                 status_interval_s=settings.k8s_status_interval_s,
-                mode=cast(Mode, settings.k8s_mode),  # (one of K8S_MODES: the setting is checked when read)
+                mode=cast("Mode", settings.k8s_mode),  # (one of K8S_MODES: the setting is checked when read)
                 network_policy=settings.k8s_network_policy,
                 runner_namespace=runner_namespace(),
             ),
