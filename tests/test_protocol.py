@@ -131,6 +131,15 @@ def report(**over: Any) -> dict[str, Any]:
     return {"run_id": "run-1", "seq": 0, "sent_at": T0, **over}
 
 
+def where(**over: Any) -> dict[str, Any]:
+    """A reading of where a rank stands (``Report.where``)."""
+    return {"activity": "communicating", "stood_seconds": 61.5, "detail": "torch.distributed.all_reduce", **over}
+
+
+def frame(**over: Any) -> dict[str, Any]:
+    return {"function": "train_step", "file": "train.py", "line": 31, **over}
+
+
 def window(name: str = "loss", **over: Any) -> dict[str, Any]:
     body = {"name": name, "last": 1.0, "min": 1.0, "max": 1.0, "mean": 1.0, "count": 1, "nonfinite": 0}
     return {**body, "first_step": 0, "last_step": 0, **over}
@@ -503,6 +512,34 @@ LIMIT_CASES = [
         lambda n: report(gpus=[{"index": i, "utilization": 50.0} for i in range(n)]),
         "gpus",
         "at most 64",
+    ),
+    LimitCase(
+        "max_where_frames",
+        Report.from_dict,
+        lambda n: report(where=where(frames=[frame()] * n)),
+        "where.frames",
+        "at most 8",
+    ),
+    LimitCase(
+        "max_frame_function_length",
+        Report.from_dict,
+        lambda n: report(where=where(frames=[frame(), frame(function="f" * n)])),
+        "where.frames[1].function",
+        "at most 128 characters",
+    ),
+    LimitCase(
+        "max_frame_file_length",
+        Report.from_dict,
+        lambda n: report(where=where(frames=[frame(file="d/" * (n // 2) + "f" * (n % 2))])),
+        "where.frames[0].file",
+        "at most 256 characters",
+    ),
+    LimitCase(
+        "max_where_detail_length",
+        Report.from_dict,
+        lambda n: report(where=where(detail="torch." + "x" * (n - 6))),
+        "where.detail",
+        "at most 128 characters",
     ),
     LimitCase("max_integer", Report.from_dict, lambda n: report(seq=n), "seq", "<= 9007199254740991"),
     LimitCase(
@@ -1510,3 +1547,48 @@ def test_the_phase_is_optional_and_backward_compatible() -> None:
     assert err.value.field == "progress.phase"
     with pytest.raises(ProtocolError):
         Progress.from_dict({"phase": "eval", "phase_seconds": "NaN"})
+
+
+# Where a rank stands (issue 29): what the reading may say, and that nothing but it leaves the process.
+
+
+def test_where_round_trips_with_its_frames_and_shares() -> None:
+    body = report(where=where(frames=[frame(), frame(function="main", line=90)], samples=3))
+    body["activity_shares"] = {"computing": 0.75, "communicating": 0.25}
+    parsed = Report.from_dict(wire(body))
+    assert parsed.where is not None
+    assert parsed.where.activity == "communicating" and parsed.where.samples == 3
+    assert [str(f) for f in parsed.where.frames] == ["train_step (train.py:31)", "main (train.py:90)"]
+    assert Report.from_dict(wire(parsed.to_dict())) == parsed
+    assert "where" not in Report(run_id="r", seq=0, sent_at=T0).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("over", "field", "expected"),
+    [
+        ({"activity": "sleeping"}, "where.activity", "must be one of computing"),
+        ({"stood_seconds": -1}, "where.stood_seconds", ">= 0"),
+        ({"stood_seconds": "NaN"}, "where.stood_seconds", "must be a number"),
+        ({"samples": 0}, "where.samples", ">= 1"),
+        ({"detail": "torch\nsave"}, "where.detail", "printable"),
+        ({"frames": [{"function": "f", "file": "a.py"}]}, "where.frames[0].line", "required"),
+        ({"frames": [{"function": "f", "file": "a.py", "line": -3}]}, "where.frames[0].line", ">= 0"),
+        ({"frames": [{"function": "", "file": "a.py", "line": 1}]}, "where.frames[0].function", "empty"),
+        ({"frames": {"function": "f"}}, "where.frames", "JSON array"),
+    ],
+)
+def test_where_rejects_what_is_not_a_reading(over: dict[str, Any], field: str, expected: str) -> None:
+    rejected(lambda: Report.from_dict(wire(report(where=where(**over)))), field, expected)
+
+
+@pytest.mark.parametrize(
+    ("shares", "field", "expected"),
+    [
+        ({"thinking": 0.5}, "activity_shares", "keys must be one of"),
+        ({"computing": 1.5}, "activity_shares.computing", "fraction <= 1"),
+        ({"computing": -0.1}, "activity_shares.computing", ">= 0"),
+        ([0.5], "activity_shares", "JSON object"),
+    ],
+)
+def test_activity_shares_are_fractions_of_known_activities(shares: object, field: str, expected: str) -> None:
+    rejected(lambda: Report.from_dict(wire({**report(), "activity_shares": shares})), field, expected)

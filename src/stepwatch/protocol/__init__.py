@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 __all__ = [
+    "ACTIVITIES",
     "API_VERSION",
     "COMMAND_KINDS",
     "ENDED_STATES",
@@ -52,6 +53,7 @@ __all__ = [
     "Backoff",
     "BodyTooLarge",
     "Command",
+    "Frame",
     "GpuReading",
     "Identity",
     "KubeflowMetric",
@@ -62,6 +64,7 @@ __all__ = [
     "Report",
     "ReportResponse",
     "TrainerStatus",
+    "Where",
     "decode_body",
     "decode_float",
     "encode_body",
@@ -95,6 +98,18 @@ JOB_SORT_KEYS: Final[tuple[str, ...]] = ("name", "namespace", "state", "progress
 COMMAND_KINDS: Final[tuple[str, ...]] = ("stop", "checkpoint")
 PHASES: Final[tuple[str, ...]] = ("train", "eval")
 """What a rank may say it is doing (``Progress.phase``): training, or evaluating (its step stands)."""
+ACTIVITIES: Final[tuple[str, ...]] = (
+    "computing",
+    "communicating",
+    "loading_data",
+    "checkpointing",
+    "evaluating",
+    "waiting",
+    "other",
+)
+"""What a rank's main thread is doing, read from its stack (:class:`Where`): framework compute
+(forward, backward, optimizer), a collective or barrier, waiting on data, saving or loading a
+checkpoint, evaluating, sleeping or waiting on a lock or queue, or anything else."""
 POLICY_HEALTH_TRIGGERS: Final[tuple[str, ...]] = ("stalled", "not_learning", "diverging")
 """Policy triggers that are a job's health."""
 POLICY_NOTIFY_ONLY: Final[tuple[str, ...]] = ("finished", "failed", "late")
@@ -144,6 +159,11 @@ class Limits:
     """Never send to an upstream Kubeflow endpoint more often than this (upstream's own pace)."""
     heartbeat_interval_factor: int = 5
     """Ranks other than 0 heartbeat this many times less often than rank 0 reports."""
+    max_where_frames: int = 8
+    """Frames of the user's own code in one :class:`Where` reading (innermost first)."""
+    max_frame_function_length: int = 128
+    max_frame_file_length: int = 256
+    max_where_detail_length: int = 128
 
 
 LIMITS: Final = Limits()
@@ -519,6 +539,97 @@ _PROGRESS_FIELDS: Final = (
 
 
 @dataclass(frozen=True)
+class Frame:
+    """One frame of a rank's own code: the function and where it stands (``file`` relative to the
+    working directory when it lies under it). Nothing else of a frame leaves the process: no locals,
+    no arguments."""
+
+    function: str
+    file: str
+    line: int
+
+    def __post_init__(self) -> None:
+        _check_printable(self.function, "function", LIMITS.max_frame_function_length)
+        _check_printable(self.file, "file", LIMITS.max_frame_file_length)
+        _check_int(self.line, "line", minimum=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this frame."""
+        return {"function": self.function, "file": self.file, "line": self.line}
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "frame") -> Frame:
+        """Validate and read a frame."""
+        obj = _object(data, field)
+        with _prefix(field):
+            return cls(function=_required(obj, "function"), file=_required(obj, "file"), line=_required(obj, "line"))
+
+    def __str__(self) -> str:
+        return f"{self.function} ({self.file}:{self.line})"
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a rank stands while its step has stood longer than usual, read from its main thread's stack.
+
+    ``activity`` is one of :data:`ACTIVITIES`; ``detail`` the library call that decided it
+    (``torch.distributed.all_reduce``, ``torch.save``), empty when none did; ``frames`` the innermost
+    frames of the user's own code, innermost first; ``stood_seconds`` how long the rank's current
+    step has stood, by the reporter's monotonic clock; ``samples`` how many stack samples were taken
+    while it stood (the reading is the latest one).
+    """
+
+    activity: str
+    stood_seconds: float
+    detail: str = ""
+    frames: tuple[Frame, ...] = ()
+    samples: int = 1
+
+    def __post_init__(self) -> None:
+        if self.activity not in ACTIVITIES:
+            raise ProtocolError("activity", f"must be one of {', '.join(ACTIVITIES)}, got {_show(self.activity)}")
+        _check_number(self.stood_seconds, "stood_seconds", minimum=0.0)
+        _check_str(self.detail, "detail", LIMITS.max_where_detail_length, allow_empty=True)
+        if self.detail and not self.detail.isprintable():
+            raise ProtocolError("detail", f"must be printable, got {_show(self.detail)}")
+        if len(self.frames) > LIMITS.max_where_frames:
+            raise ProtocolError("frames", f"at most {LIMITS.max_where_frames} frames, got {len(self.frames)}")
+        _check_int(self.samples, "samples", minimum=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this reading, without an empty detail or frame list."""
+        body: dict[str, Any] = {"activity": self.activity, "stood_seconds": self.stood_seconds, "samples": self.samples}
+        if self.detail:
+            body["detail"] = self.detail
+        if self.frames:
+            body["frames"] = [f.to_dict() for f in self.frames]
+        return body
+
+    @classmethod
+    def from_dict(cls, data: object, field: str = "where") -> Where:
+        """Validate and read a reading."""
+        obj = _object(data, field)
+        frames = _array(obj.get("frames", []), f"{field}.frames", LIMITS.max_where_frames)
+        with _prefix(field):
+            return cls(
+                activity=_required(obj, "activity"),
+                stood_seconds=_required(obj, "stood_seconds"),
+                detail=obj.get("detail", ""),
+                frames=tuple(Frame.from_dict(f, f"frames[{i}]") for i, f in enumerate(frames)),
+                samples=obj.get("samples", 1),
+            )
+
+
+def _check_activity_shares(shares: Mapping[str, Any], field: str) -> None:
+    for key, value in shares.items():
+        if key not in ACTIVITIES:
+            raise ProtocolError(field, f"keys must be one of {', '.join(ACTIVITIES)}, got {_show(key)}")
+        _check_number(value, f"{field}.{key}", minimum=0.0)
+        if value > 1.0:
+            raise ProtocolError(f"{field}.{key}", f"must be a fraction <= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
 class Command:
     """An order for the training process, pending until a report acknowledges its ``id``."""
 
@@ -612,6 +723,11 @@ class Report:
     reason: str = ""
     gpus: tuple[GpuReading, ...] = ()
     """The GPUs this rank's process sees, read in the sender thread when NVML is available."""
+    where: Where | None = None
+    """Where the rank stands, sent only while its step has stood longer than usual."""
+    activity_shares: Mapping[str, float] | None = None
+    """Share of the report's interval the rank's main thread spent in each of :data:`ACTIVITIES`,
+    from low-rate stack samples (for stragglers: where a slow rank's extra time goes)."""
 
     def __post_init__(self) -> None:
         _check_run_id(self.run_id, "run_id")
@@ -638,6 +754,8 @@ class Report:
             _check_run_id(ack, f"acks[{i}]")
         if self.params is not None:
             _check_params(self.params)
+        if self.activity_shares is not None:
+            _check_activity_shares(self.activity_shares, "activity_shares")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of this report."""
@@ -659,6 +777,10 @@ class Report:
             body["acks"] = list(self.acks)
         if self.gpus:
             body["gpus"] = [g.to_dict() for g in self.gpus]
+        if self.where is not None:
+            body["where"] = self.where.to_dict()
+        if self.activity_shares:
+            body["activity_shares"] = dict(self.activity_shares)
         return body
 
     @classmethod
@@ -674,6 +796,12 @@ class Report:
         params = obj.get("params")
         if params is not None:
             params = {k: _decode_param(v, f"params.{k}") for k, v in _object(params, "params").items()}
+        where = obj.get("where")
+        shares = obj.get("activity_shares")
+        if shares is not None:
+            shares = _object(shares, "activity_shares")
+            if len(shares) > len(ACTIVITIES):
+                raise ProtocolError("activity_shares", f"at most {len(ACTIVITIES)} activities, got {len(shares)}")
         return cls(
             run_id=_required(obj, "run_id"),
             seq=_required(obj, "seq"),
@@ -686,6 +814,8 @@ class Report:
             state=obj.get("state", "running"),
             reason=obj.get("reason", ""),
             gpus=tuple(GpuReading.from_dict(g, f"gpus[{i}]") for i, g in enumerate(gpus)),
+            where=None if where is None else Where.from_dict(where),
+            activity_shares=shares,
         )
 
 
@@ -1045,6 +1175,13 @@ def _check_str(value: object, field: str, max_length: int, allow_empty: bool = F
         raise ProtocolError(field, "must not be empty")
     if len(value) > max_length:
         raise ProtocolError(field, f"must be at most {max_length} characters, got {len(value)}")
+
+
+def _check_printable(value: object, field: str, max_length: int) -> None:
+    _check_str(value, field, max_length)
+    assert isinstance(value, str)
+    if not value.isprintable():
+        raise ProtocolError(field, f"must be printable, got {_show(value)}")
 
 
 def _check_run_id(value: object, field: str) -> None:

@@ -10,7 +10,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...protocol import API_VERSION, COMMAND_KINDS, INT32_MAX, LIMITS, PHASES, REPORT_STATES, Progress
+from ...protocol import (
+    ACTIVITIES,
+    API_VERSION,
+    COMMAND_KINDS,
+    INT32_MAX,
+    LIMITS,
+    PHASES,
+    REPORT_STATES,
+    Progress,
+)
 from ..policies.model import POLICY
 from ..views.serialisers import LIST_COLUMNS
 from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
@@ -101,6 +110,37 @@ _WIRE_SCHEMAS: dict[str, Any] = {
             },
             "params": {"type": "object", "maxProperties": LIMITS.max_params},
             "acks": {"type": "array", "items": {"type": "string"}, "maxItems": LIMITS.max_acks},
+            "where": {
+                "type": "object",
+                "description": "where the rank stands, sent only while its step has stood longer than usual",
+                "required": ["activity", "stood_seconds"],
+                "properties": {
+                    "activity": {"enum": list(ACTIVITIES)},
+                    "stood_seconds": {"type": "number", "minimum": 0},
+                    "detail": {"type": "string", "maxLength": LIMITS.max_where_detail_length},
+                    "samples": {"type": "integer", "minimum": 1},
+                    "frames": {
+                        "type": "array",
+                        "maxItems": LIMITS.max_where_frames,
+                        "description": "the innermost frames of the user's own code, innermost first",
+                        "items": {
+                            "type": "object",
+                            "required": ["function", "file", "line"],
+                            "properties": {
+                                "function": {"type": "string", "maxLength": LIMITS.max_frame_function_length},
+                                "file": {"type": "string", "maxLength": LIMITS.max_frame_file_length},
+                                "line": {"type": "integer", "minimum": 0},
+                            },
+                        },
+                    },
+                },
+            },
+            "activity_shares": {
+                "type": "object",
+                "description": "share of the interval the rank's main thread spent in each activity",
+                "propertyNames": {"enum": list(ACTIVITIES)},
+                "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1},
+            },
         },
         "required": ["run_id", "seq", "sent_at"],
     },
