@@ -9,8 +9,13 @@ first minute. The demo prints where to look, then a live summary line every few 
 fails is said with the last line of its output, and the demo then exits 1.
 
 When the runs have ended (the hanging one is stopped once the others are done) the server keeps
-serving the dashboard until Ctrl-C, or until ``--duration`` seconds after the start; Ctrl-C ends
-everything the demo started.
+serving the dashboard until Ctrl-C, or until ``--duration`` seconds after the start.
+
+However it ends — the end of ``--duration``, Ctrl-C, ``kill`` (SIGTERM) or a closed terminal (SIGHUP) —
+the demo ends everything it started: the runners (each records its job as stopped), their training
+processes (the hanging one included) and whatever those started, then the server; then it removes its
+temporary directory (``/tmp/stepwatch-demo-*``: logs, checkpoints, the database) unless ``--keep``. Ended
+by a signal, it exits with 128 + the signal's number, as a shell reports it.
 """
 
 from __future__ import annotations
@@ -72,7 +77,24 @@ def register(commands: Any) -> None:
     parser.add_argument("--steps", type=int, default=2000, help="optimizer steps per run (default 2000)")
     parser.add_argument("--step-delay", type=float, default=0.05, metavar="SECONDS", help="extra time per step")
     parser.add_argument("--db", default=None, help="SQLite file (default: a fresh one in a temporary directory)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary directory (logs, checkpoints, the database) at the end; it is removed otherwise",
+    )
     parser.set_defaults(run=run)
+
+
+class _Ended(Exception):
+    """A signal that ends the demo (SIGTERM, SIGHUP, SIGINT) arrived; the demo cleans up and exits 128 + it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+"""What ends the demo as Ctrl-C does: ``kill``, a closed terminal, Ctrl-C."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,13 +116,48 @@ def run(args: argparse.Namespace) -> int:
         print(f"stepwatch demo: {problem}", file=sys.stderr)
         return 1
     began = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="stepwatch-demo-"))
+    started: list[subprocess.Popen[bytes]] = []
+    workdir: Path | None = None
+    previous = {sig: signal.signal(sig, _raise_ended) for sig in _ENDING_SIGNALS}
+    status = 1
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="stepwatch-demo-"))
+        status = _demo(args, began, workdir, started, Client)
+    except _Ended as ended:
+        status = 128 + ended.signum
+    except KeyboardInterrupt:  # a SIGINT that came before the handler, or through a library that re-raises it
+        status = 128 + signal.SIGINT
+    finally:
+        hurry = _Hurry()
+        for sig in _ENDING_SIGNALS:  # cleaning up is bounded; a second signal only makes it quicker
+            signal.signal(sig, hurry)
+        try:
+            _end_all(started, hurry)
+            if workdir is not None:
+                if args.keep:
+                    _say(f"stepwatch demo: kept {workdir}")
+                else:
+                    shutil.rmtree(workdir, ignore_errors=True)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return status
+
+
+def _demo(
+    args: argparse.Namespace,
+    began: float,
+    workdir: Path,
+    started: list[subprocess.Popen[bytes]],
+    client_class: Any,
+) -> int:
+    """The demo proper; every process it starts goes into ``started`` first, so the caller can end it."""
     db = args.db or str(workdir / "demo.db")
     url = f"http://127.0.0.1:{args.port}"
-    started: list[subprocess.Popen[bytes]] = []
     server = subprocess.Popen(
         [sys.executable, "-m", "stepwatch", "server", "--port", str(args.port), "--db", db, "--log-level", "warning"],
         stdout=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
         start_new_session=True,
         env={
             **os.environ,
@@ -109,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         },
     )
     started.append(server)
-    client = Client(url)
+    client = client_class(url)
     try:
         if not _wait_for(client, server):
             print("stepwatch demo: the server did not start", file=sys.stderr)
@@ -119,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         for job, scenario in SCENARIOS.items():
             command = [
                 sys.executable, "-m", "stepwatch", "run", "--name", job, "--server", url, "--grace", "10",
-                *DEMO_GPUS, *POLICIES.get(job, []), "--",
+                "--kill-after", str(_KILL_AFTER_S), *DEMO_GPUS, *POLICIES.get(job, []), "--",
                 sys.executable, "-m", "stepwatch.cli.demo_training", "--scenario", scenario,
                 "--steps", str(args.steps), "--step-delay", str(args.step_delay), "--hang-at", str(HANG_AT),
                 "--checkpoint-dir", str(workdir / job),
@@ -127,22 +184,155 @@ def run(args: argparse.Namespace) -> int:
             log = workdir / f"{job}.log"
             with open(log, "wb") as out:
                 process = subprocess.Popen(
-                    command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                    command,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
                 )
             started.append(process)
             runs[job] = _Run(job, process, log)
-        _introduce(url, db, workdir, args.duration)
+        _introduce(url, db, workdir, args.duration, args.keep)
         failed = _summarise(client, runs, began, args.duration)
         if failed is None:
             return 1
         _serve(url, began, args.duration)
         return 1 if failed else 0
-    except KeyboardInterrupt:
-        return 0
     finally:
-        for process in reversed(started):
-            _end(process)
         client.close()
+
+
+def _raise_ended(signum: int, frame: Any) -> None:
+    raise _Ended(signum)
+
+
+class _Hurry:
+    """The signal handler while the demo cleans up: a second Ctrl-C (or SIGTERM) skips the waits."""
+
+    def __init__(self) -> None:
+        self.now = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.now = True
+
+
+_KILL_AFTER_S = 3.0
+"""A runner ended by SIGTERM kills its job's process group this long after (the hanging run ignores nothing,
+but a real job may)."""
+
+_RUNNERS_WAIT_S = 10.0
+"""How long the runners get to end their jobs and record them as stopped, before everything left is killed."""
+
+_SERVER_WAIT_S = 10.0
+"""How long the server gets to end after SIGTERM, before SIGKILL."""
+
+
+def _end_all(started: list[subprocess.Popen[bytes]], hurry: _Hurry) -> None:
+    """End every process the demo started and everything they started, the server last (the runners record
+    their jobs' ends on it); nothing of the demo's tree is left when this returns."""
+    if not started:
+        return
+    server, runners = started[0], started[1:]
+    sessions = {p.pid for p in started}  # each was started in a session of its own
+    tree = _descendants(os.getpid())
+    sessions |= {sid for pid in tree if (sid := _session_of(pid)) is not None} - {os.getsid(0)}
+    for process in runners:  # the runner forwards SIGTERM to its job's group, kills it after --kill-after
+        _signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + _RUNNERS_WAIT_S
+    while not hurry.now and time.monotonic() < deadline and any(p.poll() is None for p in runners):
+        time.sleep(0.1)
+    for pid in _members(sessions - {server.pid}) | (_descendants(os.getpid()) - _descendants(server.pid)):
+        if pid != server.pid:
+            _kill(pid, signal.SIGKILL)  # a job or a child of one that outlived its runner
+    for process in runners:
+        _reap(process)
+    if server.poll() is None:
+        _signal_group(server.pid, signal.SIGTERM)
+        deadline = time.monotonic() + _SERVER_WAIT_S
+        while not hurry.now and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.1)
+    for pid in _members(sessions) | _descendants(os.getpid()):
+        _kill(pid, signal.SIGKILL)
+    _reap(server)
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, session...)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _processes() -> dict[int, list[str]]:
+    """Every live (not zombie) process's stat fields; empty where there is no ``/proc`` (macOS)."""
+    found = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if name.isdigit() and (fields := _stat(int(name))) is not None and fields[0] != "Z":
+            found[int(name)] = fields
+    return found
+
+
+def _descendants(root: int) -> set[int]:
+    """The processes below ``root`` (its children, theirs...), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in _processes().items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found: set[int] = set()
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def _members(sessions: set[int]) -> set[int]:
+    """The live processes in these sessions (a job's workers re-parented to init are still found here)."""
+    return {pid for pid, fields in _processes().items() if int(fields[3]) in sessions}
+
+
+def _say(line: str) -> None:
+    """Print, unless the terminal is gone (SIGHUP): cleaning up must not fail for want of a screen."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
 
 
 def stepwatch_command() -> str:
@@ -157,7 +347,7 @@ def stepwatch_command() -> str:
         return str(here)
 
 
-def _introduce(url: str, db: str, workdir: Path, duration: float | None) -> None:
+def _introduce(url: str, db: str, workdir: Path, duration: float | None, keep: bool) -> None:
     sw = stepwatch_command()
     server = "" if url == DEFAULT_URL else f" --server {url}"
     print(f"stepwatch demo: server at {url} (database {db}); {len(SCENARIOS)} training runs started.")
@@ -171,10 +361,15 @@ def _introduce(url: str, db: str, workdir: Path, duration: float | None) -> None
         print(f"  (in a new terminal, as printed, or after `source {Path(sw).parent}/activate` as plain `stepwatch`)")
     print("Within a minute: fraud-diverges is diverging, fraud-plateau not learning (its policy then saves a")
     print("checkpoint and stops it), fraud-hangs stalled; fraud-converges stays healthy. Logs: " + str(workdir))
+    if not keep:
+        print("(removed at the end, with the checkpoints and the database: --keep keeps them)")
     if duration is not None:
         print(f"The demo ends everything it started {duration:g} s after its start (Ctrl-C: sooner).\n", flush=True)
     else:
-        print("The dashboard stays up after the runs end; Ctrl-C ends the demo and all it started.\n", flush=True)
+        print(
+            "The dashboard stays up after the runs end; Ctrl-C (or kill) ends the demo and all it started.\n",
+            flush=True,
+        )
 
 
 DEFAULT_URL = "http://127.0.0.1:8642"
@@ -268,16 +463,3 @@ def _serve(url: str, began: float, duration: float | None) -> None:
             time.sleep(3600)
     print(f"stepwatch demo: the runs have ended; the dashboard stays at {url}/ for {left:.0f} s more", flush=True)
     time.sleep(left)
-
-
-def _end(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
