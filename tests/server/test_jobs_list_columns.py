@@ -41,7 +41,7 @@ def _flat(view: dict[str, Any]) -> dict[str, Any]:
     """A compact view as the columns name its values."""
     out: dict[str, Any] = {}
     for key, value in view.items():
-        if isinstance(value, dict) and key != "metrics":
+        if isinstance(value, dict) and key not in ("metrics", "metric_means"):
             for sub, inner in value.items():
                 if (key, sub) == ("health", "evidence"):
                     out["health.evidence"] = inner

@@ -5,11 +5,28 @@ live stream publishes alike, so that no reader has a field to patch in."""
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 from ...protocol import INT32_MAX, MetricWindow, encode_float, format_rfc3339
-from ..analysis.cost import Cost, job_cost
 from ..store import Event, Job
+from .figures import (
+    ENDED,
+    WASTEFUL_HEALTH,
+    EtaSource,
+    cost_of,
+    eta_of,
+    health_timeline,
+    hourly_rate,
+    live_samples_per_second,
+    live_steps_per_second,
+    metric_means,
+    progress_percent,
+    remaining_seconds,
+    saved_by_policy,
+    shown_cost,
+    span_cost,
+    wasted_spans,
+)
 
 __all__ = [
     "COMPACT_METRICS",
@@ -30,8 +47,11 @@ __all__ = [
     "remaining_seconds",
     "saved_by_policy",
     "trainer_status_view",
+    "wasted_spans",
     "window_view",
 ]
+# The figures (progress, ETA, rates, cost, waste) live in .figures; they are named here too for the modules
+# that import them from this one (policies, Prometheus, the Kubernetes runner).
 
 
 def json_float(value: float | None) -> float | str | None:
@@ -87,75 +107,6 @@ def event_view(event: Event) -> dict[str, Any]:
     }
 
 
-def progress_percent(job: Job) -> float | None:
-    """Progress in percent: what the job's upstream client posted in its last status (as posted), else
-    from steps, else epochs, else 100 for a finished job that never said how far it got.
-
-    An ended job keeps its real progress (a script that exits at step 199 of 400 ended at 49.75 %,
-    whatever its state). The stores' ``Dialect.progress`` (the sort and filter by progress) is the same rule.
-    """
-    if job.reported_progress is not None:
-        return float(job.reported_progress)
-    if job.step is not None and job.total_steps:
-        return max(0.0, min(100.0, 100.0 * job.step / job.total_steps))
-    if job.epoch is not None and job.total_epochs:
-        return max(0.0, min(100.0, 100.0 * job.epoch / job.total_epochs))
-    if job.state == "finished":
-        return 100.0
-    return None
-
-
-def remaining_seconds(job: Job, now: float) -> float | None:
-    """Seconds left: the last estimate counted down since it was made (``None`` once the job ended)."""
-    if job.state in ("finished", "failed", "stopped"):
-        return 0.0 if job.state == "finished" else None
-    if job.eta_seconds is None or job.eta_at is None:
-        return None
-    return max(job.eta_seconds - max(now - job.eta_at, 0.0), 0.0)
-
-
-_ENDED = frozenset({"finished", "failed", "stopped"})
-
-EtaSource = Literal["reported", "estimate", "final"]
-"""Where a shown ETA comes from: the job's own (``reported``: posted by its Kubeflow client, or sent by
-the report core, counted down since it arrived), stepwatch's (``estimate``: its recent rate), or the
-end (``final``: 0 once finished)."""
-
-
-def eta_of(job: Job, now: float) -> tuple[float | None, EtaSource | None]:
-    """The seconds left that readers show, and where they come from.
-
-    An ETA a Kubeflow client posted in the job's last status is shown as posted (counted down since it
-    arrived), never replaced by stepwatch's own; else none while the job is stalled; else stepwatch's
-    estimate; else, while stepwatch has no rate of its own, what the job reported (its report core's ETA).
-    """
-    if job.state in _ENDED:
-        return (0.0, "final") if job.state == "finished" else (None, None)
-    posted = _posted_eta(job)
-    if posted is not None:
-        return _counted_down(posted, job.last_report_at, now), "reported"
-    if job.health == "stalled":  # no progress: a rate's countdown would be a guess dressed as fact
-        return None, None
-    own = remaining_seconds(job, now)
-    if own is not None:
-        # a job's own ETA on the native API is preferred by the estimate (analysis.eta: "reported")
-        return own, "reported" if job.reported_eta is not None and job.trainer_status is None else "estimate"
-    if job.eta_rate is None and job.reported_eta is not None and math.isfinite(job.reported_eta):
-        return _counted_down(job.reported_eta, job.last_report_at, now), "reported"
-    return None, None
-
-
-def _posted_eta(job: Job) -> float | None:
-    if job.trainer_status is None:
-        return None
-    posted = job.trainer_status.get("estimatedRemainingSeconds")
-    return float(posted) if isinstance(posted, int) else None
-
-
-def _counted_down(seconds: float, since: float | None, now: float) -> float:
-    return max(seconds - max(now - since, 0.0), 0.0) if since is not None else max(seconds, 0.0)
-
-
 def eta_view(job: Job, now: float) -> dict[str, Any]:
     """The ``eta`` object of a job's view: what readers show (``remaining_seconds``, ``finish_time``, its
     ``source``), what the job itself last reported (``reported_seconds``, as sent) and stepwatch's own
@@ -166,7 +117,7 @@ def eta_view(job: Job, now: float) -> dict[str, Any]:
         "finish_time": now + remaining if remaining is not None else None,
         "source": source,
         "reported_seconds": job.reported_eta,
-        "estimate_seconds": None if job.state in _ENDED else remaining_seconds(job, now),
+        "estimate_seconds": None if job.state in ENDED else remaining_seconds(job, now),
     }
 
 
@@ -190,57 +141,22 @@ def trainer_status_view(job: Job, at: float) -> dict[str, Any]:
     return status
 
 
-WASTEFUL_HEALTH = frozenset({"stalled", "not_learning", "diverging"})
-"""Health in which a job's GPU time counts as wasted (since its ``health_since``: for ``not_learning``
-the last real improvement)."""
-
-
-def wasted_spans(job: Job) -> list[tuple[float, float | None]]:
-    """The spans of a job's bad verdicts (start, end; ``None``: it still stands), from its verdict
-    history: each from where the analysis says it began (for ``not_learning`` the last real
-    improvement), else from when it was recorded. A job without a history yet: its current verdict."""
-    spans = [
-        (s["since"] if s.get("since") is not None else s["from"], s.get("to"))
-        for s in job.health_history
-        if s.get("state") in WASTEFUL_HEALTH
-    ]
-    if not job.health_history and job.health in WASTEFUL_HEALTH and job.health_since is not None:
-        spans.append((job.health_since, None))
-    return spans
-
-
-def cost_of(job: Job, now: float, remaining: float | None) -> Cost:
-    """A job's cost at ``now`` (its GPUs and price; the ETA for the projection; its verdicts for the waste)."""
-    bad = job.health in WASTEFUL_HEALTH and job.health_since is not None
-    return job_cost(
-        gpus=job.gpus,
-        gpu_hour_cost=job.gpu_hour_cost,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        now=now,
-        remaining_seconds=remaining,
-        wasted_since=job.health_since if bad else None,
-        healthy=True if job.health in ("healthy", "straggling") else None,
-        wasted_spans=wasted_spans(job),
-    )
-
-
 def health_history_view(job: Job, now: float) -> list[dict[str, Any]]:
-    """Every verdict the job had, oldest first: its span (``to`` is ``None`` while it stands), how
-    long it stood (to the job's end, or now) and what that time cost (``None``: no price)."""
-    end = job.finished_at if job.finished_at is not None else now
-    rate = job.gpus * job.gpu_hour_cost if job.gpus > 0 and job.gpu_hour_cost > 0 else None
+    """Every verdict the job had, oldest first, as a timeline (:func:`.figures.health_timeline`): each span as
+    stored (``from`` when it was recorded, ``to`` when replaced, ``None`` while it stands, ``since`` where the
+    analysis says it began), with ``start``/``end`` (the time it covers: no overlap, no gap, adding up to the
+    job's elapsed time), how long that is (``seconds``) and what it cost (``cost``, ``wasted``; ``None``: no
+    price). The ``wasted`` of the spans add up to the cost block's ``wasted``."""
+    rate = hourly_rate(job)
     out = []
-    for span in job.health_history:
-        start = span["since"] if span.get("since") is not None and span["state"] in WASTEFUL_HEALTH else span["from"]
-        stop = span["to"] if span.get("to") is not None else end
-        if job.started_at is not None:
-            start = max(start, job.started_at)
-        seconds = max(stop - start, 0.0)
-        cost = seconds / 3600 * rate if rate is not None else None
+    for span, start, stop in health_timeline(job, now):
+        seconds = stop - start
+        cost = span_cost(seconds, rate)
         out.append(
             {
                 **span,
+                "start": start,
+                "end": stop,
                 "seconds": seconds,
                 "cost": cost,
                 "wasted": cost if span["state"] in WASTEFUL_HEALTH else (0.0 if rate is not None else None),
@@ -249,15 +165,9 @@ def health_history_view(job: Job, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def saved_by_policy(job: Job) -> float | None:
-    """Money the job's policy saved by stopping it early (``None``: it did not stop it, or the cost is unknown)."""
-    saved = [f["saved"] for f in job.policy_fired.values() if not f.get("dry_run") and f.get("saved") is not None]
-    return sum(saved) if saved else None
-
-
 def cost_view(job: Job, now: float, remaining: float | None) -> dict[str, Any]:
     """The ``cost`` object of a job's view: its cost now and what its policy saved."""
-    return {**cost_of(job, now, remaining).to_dict(), "saved": saved_by_policy(job)}
+    return {**shown_cost(job, now, remaining).to_dict(), "saved": saved_by_policy(job)}
 
 
 COMPACT_METRICS = 64
@@ -275,6 +185,7 @@ def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
     elapsed = end - job.started_at if job.started_at is not None else None
     shown = _fewer(job.last_metrics) if compact else job.last_metrics
     metrics = {k: json_float(v) for k, v in sorted(shown.items())}
+    means = metric_means(job)
     view = {
         "namespace": job.namespace,
         "name": job.name,
@@ -290,8 +201,8 @@ def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
             "epoch": job.epoch,
             "total_epochs": job.total_epochs,
             "samples": job.samples,
-            "steps_per_second": job.eta_rate if job.eta_rate is not None else job.steps_per_second,
-            "samples_per_second": job.samples_per_second,
+            "steps_per_second": live_steps_per_second(job),
+            "samples_per_second": live_samples_per_second(job),
             "world_size": job.world_size,
         },
         "eta": eta,
@@ -305,6 +216,7 @@ def job_view(job: Job, now: float, compact: bool = False) -> dict[str, Any]:
             "report_age_seconds": now - job.last_report_at if job.last_report_at is not None else None,
         },
         "metrics": metrics,
+        "metric_means": {k: json_float(v) for k, v in sorted(means.items()) if k in shown},
         "nonfinite_total": job.nonfinite_total,
         "health": {"state": job.health, "since": job.health_since, "evidence": job.health_evidence},
         "params": job.params,
@@ -349,6 +261,7 @@ LIST_COLUMNS: tuple[str, ...] = (
     "times.elapsed_seconds",
     "times.report_age_seconds",
     "metrics",
+    "metric_means",
     "nonfinite_total",
     "health.state",
     "health.since",
@@ -451,7 +364,7 @@ class CompactViews:
             if job.started_at is not None and job.finished_at is None:
                 elapsed_col[i] = now - job.started_at
                 if job.gpus > 0 and job.gpu_hour_cost > 0:
-                    cost = cost_of(job, now, remaining)
+                    cost = shown_cost(job, now, remaining)
                     spent_col[i], projected_col[i], wasted_col[i] = cost.spent, cost.projected, cost.wasted
             if job.last_report_at is not None:
                 age_col[i] = now - job.last_report_at
