@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -52,6 +52,7 @@ from .downsample import WindowLike
 from .health_params import DEFAULT_HEALTH_PARAMS, HealthParams
 from .plateau import PlateauDetector
 from .signals import EvalTrend, LearningRate, eval_direction
+from .stall import RankPlaces, Standing, judge
 
 __all__ = [
     "HEALTH_STATES",
@@ -173,6 +174,8 @@ class HealthTracker:
         self._longest_eval = 0.0  # the longest evaluation any rank finished (seconds)
         # ranks
         self._ranks: dict[int, _Rank] = {}
+        self.places = RankPlaces(max_ranks=self.params.max_ranks)
+        """Where each rank stands, for a job whose report core samples its stack (:mod:`.stall`)."""
         self._scan_t = -math.inf
         self._scan: Verdict | None = None
         # metric, and the second signals (learning rate, an evaluation metric)
@@ -449,12 +452,45 @@ class HealthTracker:
             r.last_t = t
             if step is not None:
                 if r.step is None or step != r.step:
+                    self._moved(t, rank, r, step)
                     r.advance(t, step)
                 cps = r.checkpoints
                 if not cps or t - cps[-1][0] >= self.params.rate_window_s / 8:
                     cps.append((t, step))
         if rank == 0:
             self._progress0(t, step, resumed)
+
+    def _moved(self, t: float, rank: int, r: _Rank, step: int) -> None:
+        """Tell :attr:`places` that a rank's step moved (with its step time) or went back."""
+        if r.step is not None and step < r.step:
+            self.places.restart(rank)
+        elif r.step is not None and r.moved:
+            self.places.moved(t, rank, (t - r.clock_t) / (step - r.step))
+        else:
+            self.places.moved(t, rank, None)
+
+    def observe_where(
+        self,
+        t: float,
+        rank: int,
+        step: int | None,
+        activity: str,
+        stood: float,
+        detail: str = "",
+        frames: Iterable[str] = (),
+    ) -> None:
+        """Where a rank stands (``Report.where``), after :meth:`observe_progress` of the same report:
+        its activity, the seconds its step has stood, the library call that decided it, and the
+        innermost frames of its own code (``"function (file:line)"``). From then on the job's stalls
+        are judged by where its ranks stand (:mod:`.stall`)."""
+        clock = self._clock(t)
+        if clock is not None:
+            self.places.observe(clock, rank, step, activity, stood, detail, frames)
+
+    def observe_shares(self, rank: int, shares: Mapping[str, float]) -> None:
+        """The shares of a rank's report interval in each activity (``Report.activity_shares``): its report
+        core can sample, so its stalls are judged by where it stands; and a straggler's extra time is named."""
+        self.places.observe_shares(rank, shares)
 
     def observe_gpu(self, rank: int, utilization: float) -> None:
         """The mean utilisation (percent) of a rank's GPUs in its newest report: when every rank's step
@@ -690,6 +726,8 @@ class HealthTracker:
         floor = now - p.standstill_floor_s
         if not any(r.clock_t < floor and r.last_t > r.clock_t for r in self._ranks.values()):
             return None  # the common case, without a limit computed: every rank stepped within the floor
+        if self.places.any_sampling():
+            return self._placed_standstill(now, silence)
         over: list[tuple[tuple[bool, int, bool, float, int], float, float | None]] = []
         passed = False  # some rank stood past its limit
         for rank, r in self._ranks.items():
@@ -741,10 +779,39 @@ class HealthTracker:
                 message += f"; {len(others) - len(waiting)} of the other {len(others)} ranks move on"
         bound = round(limit, 1)
         ev = self._evidence("step", {"seconds": bound}, bound, round(standing, 1), change_t, message)
-        ev.update(rank=rank, step=step, step_time=spt, ranks_standing=sorted(k for (*_, k), _, _ in over))
+        ev.update(rank=rank, step=step, step_time=spt)
+        if others:  # a single rank standing beside itself is no news ("ranks standing 0")
+            ev["ranks_standing"] = sorted(k for (*_, k), _, _ in over)
         if r.eval_t is not None:
             ev.update(phase="eval", eval_seconds=round(now - r.eval_t, 1), longest_eval=round(self._longest_eval, 1))
         return Verdict("stalled", change_t, ev)
+
+    def _placed_standstill(self, now: float, silence: float) -> Verdict | None:
+        """The standstill of a job whose ranks say where they stand (:func:`.stall.judge`)."""
+        standing = [
+            Standing(
+                rank,
+                r.step,
+                r.clock_t,
+                r.moved,
+                r.eval_t,
+                r.busy is not None and r.busy < _GPU_IDLE,
+            )
+            for rank, r in self._ranks.items()
+            if r.step is not None and now - r.last_t <= silence and r.last_t > r.clock_t
+        ]
+        found = judge(
+            self.places,
+            standing,
+            now,
+            startup_s=self.params.startup_s,
+            eval_limit=self._eval_limit(),
+            ranks=len(self._ranks),
+        )
+        if found is None:
+            return None
+        since, evidence = found
+        return Verdict("stalled", since, evidence)
 
     def _rank_scan(self, now: float) -> Verdict | None:
         """Hanging ranks and stragglers, from a scan of every rank at most every ``rank_check_s``."""

@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...protocol import GpuReading
+from ...protocol import GpuReading, Where
 from ..ingest.publish import publish_events, publish_job
 from ..live.broadcaster import Broadcaster
 from ..store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
@@ -37,6 +37,7 @@ __all__ = [
     "HealthMonitor",
     "HealthUpdate",
     "assess",
+    "final_judgement",
     "primary_metric",
     "record",
     "second_metrics",
@@ -54,6 +55,13 @@ UNTRACKED_SILENCE_S = 120.0
 
 SWEEP_EVERY_S = 5.0
 """How often live jobs are judged again without a report (a stall is seen within this much)."""
+
+REWRITE_BAD_S = 30.0
+"""A bad verdict's evidence (stalled, not learning, diverging, straggling) is rewritten at most this often
+while it holds: how long the step has stood, the latest value (issue 30: evidence follows the job)."""
+
+REWRITE_CALM_S = 300.0
+"""A calm verdict's evidence (healthy, unknown) at most this often: its words change with every block."""
 
 REPLAY_POINTS = 2000
 """Stored windows (merged when more) replayed into a tracker after a restart."""
@@ -122,6 +130,8 @@ class HealthMonitor:
         self._failed: set[int] = set()
         self._gpus: dict[int, dict[int, float]] = {}
         """Per tracked job, per rank: the mean GPU utilisation of its newest report (percent)."""
+        self._written: dict[int, float] = {}
+        """Per tracked job: when its health or evidence was last handed to the store (server time)."""
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._trackers
@@ -174,6 +184,7 @@ class HealthMonitor:
         while len(self._trackers) > self.max_jobs:
             gone, _ = self._trackers.popitem(last=False)
             self._gpus.pop(gone, None)
+            self._written.pop(gone, None)
 
     def observe(
         self,
@@ -185,9 +196,12 @@ class HealthMonitor:
         gpus: Sequence[GpuReading] = (),
         *,
         evaluating: float | None = None,
+        where: Where | None = None,
+        activity_shares: Mapping[str, float] | None = None,
     ) -> HealthUpdate | None:
         """Feed one stored report; the update to record when the job's health changed (``evaluating``:
-        the seconds the rank says it has been evaluating, ``None`` while it trains)."""
+        the seconds the rank says it has been evaluating, ``None`` while it trains; ``where`` and
+        ``activity_shares``: where the rank stands, read from its stack, see :mod:`.stall`)."""
         job = result.job
         entry = self._trackers.get(job.id)
         if entry is None:
@@ -213,6 +227,11 @@ class HealthMonitor:
                 if w.name in (lr, evaluation):
                     _observe_second(tracker, w.name, now, w.last_step, w.last)
         tracker.observe_progress(now, rank, step, total_steps, evaluating=evaluating)
+        if activity_shares:
+            tracker.observe_shares(rank, activity_shares)
+        if where is not None:
+            frames = [str(f) for f in where.frames]
+            tracker.observe_where(now, rank, step, where.activity, where.stood_seconds, where.detail, frames)
         if readings:
             tracker.observe_gpu(rank, self._gpus[job.id][rank])
         return self._judge(job, tracker, metric, now)
@@ -257,11 +276,29 @@ class HealthMonitor:
             return None  # no primary metric: never a false alarm about learning
         if not live:
             self.forget(job.id)
-        if verdict.state == job.health:
-            return None  # a change is recorded once; the evidence is the one of its start
+            verdict = final_judgement(verdict, job, tracker.metric)
         if verdict.state == "stalled":
             verdict = self._with_gpus(job.id, verdict)
+        if verdict.state == job.health and not self._rewrite_due(job, verdict, now, live):
+            return None  # the same health, and its evidence was written recently enough
+        self._written[job.id] = now
         return HealthUpdate(job, verdict)
+
+    def _rewrite_due(self, job: Job, verdict: Verdict, now: float, live: bool) -> bool:
+        """Whether the evidence of an unchanged health is rewritten now: it follows the job (how long it
+        has stood, the latest value, the final judgement at the end), at most every
+        :data:`REWRITE_BAD_S` for a bad state and :data:`REWRITE_CALM_S` for a calm one, at once at the end."""
+        said = job.health_evidence.get("message") if job.health_evidence else None
+        if verdict.evidence.get("message") == said:
+            return False
+        if not live:
+            return True
+        every = REWRITE_CALM_S if verdict.state in ("healthy", "unknown") else REWRITE_BAD_S
+        last = self._written.get(job.id)
+        if last is None:
+            self._written[job.id] = now  # first seen by this server: counted from now
+            return False
+        return now - last >= every
 
     def _with_gpus(self, job_id: int, verdict: Verdict) -> Verdict:
         """A stall's evidence, with what the GPUs were doing when the ranks last reported them."""
@@ -296,11 +333,39 @@ class HealthMonitor:
         """Stop tracking a job."""
         self._trackers.pop(job_id, None)
         self._gpus.pop(job_id, None)
+        self._written.pop(job_id, None)
 
     def forget_all(self) -> None:
         """Stop tracking every job (each is tracked again, from what is stored, at its next report)."""
         self._trackers.clear()
         self._gpus.clear()
+        self._written.clear()
+
+
+_STATE_WORDS = {"not_learning": "not learning"}
+
+
+def final_judgement(verdict: Verdict, job: Job, metric: str) -> Verdict:
+    """An ended job's verdict in words of an end (issue 30: a final judgement, not "too few windows yet"):
+    'finished at step 2,000, healthy to its end: loss level 0.41, ...'."""
+    evidence = dict(verdict.evidence)
+    said = str(evidence.get("message") or "")
+    if said.startswith(("finished", "failed", "stopped")):
+        return verdict  # judged at its end already
+    where = f" at step {job.step:,}" if job.step is not None else ""
+    ended = f"{job.state}{where}"
+    state = verdict.state
+    if state == "unknown":
+        message = f"{ended}; no value of {metric} arrived, so its learning was never judged"
+    elif state == "healthy":
+        if "too few windows" in said or "judged after the warm-up" in said:
+            said = f"{metric} stayed finite; it ended before learning could be judged (after a warm-up and a window)"
+        message = f"{ended}, healthy to its end: {said}"
+    else:
+        message = f"{ended}, {_STATE_WORDS.get(state, state)} at its end: {said}"
+    evidence["message"] = message
+    evidence["final"] = True
+    return replace(verdict, evidence=evidence)
 
 
 def _observe_second(tracker: HealthTracker, name: str, t: float, step: int, value: float) -> None:
@@ -323,6 +388,8 @@ async def assess(
     gpus: Sequence[GpuReading] = (),
     *,
     evaluating: float | None = None,
+    where: Where | None = None,
+    activity_shares: Mapping[str, float] | None = None,
 ) -> tuple[Job, list[Event]]:
     """Judge a job after one of its reports was stored; the job as it now stands, and the event its
     change of health appended (none when its health did not change, or changed from nothing).
@@ -334,7 +401,17 @@ async def assess(
     job = result.job
     try:
         if job.id in monitor:
-            update = monitor.observe(result, rank, step, now, total_steps, gpus, evaluating=evaluating)
+            update = monitor.observe(
+                result,
+                rank,
+                step,
+                now,
+                total_steps,
+                gpus,
+                evaluating=evaluating,
+                where=where,
+                activity_shares=activity_shares,
+            )
         elif job.state not in FINAL_STATES:
             await track(monitor, store, offload, job)
             update = monitor.judge(job, now)
