@@ -126,13 +126,18 @@ async def _estimate_for(svc: Services, job: Job, report: Report, now: float) -> 
 
 async def _take_effect(svc: Services, result: IngestResult, written_at: float, reporter: _Reporter) -> Job:
     """What follows a stored report: its progress sample, the job's health, its policy, then the live
-    stream (the job, the report's points as stored at ``written_at``, the events the trip appended);
+    stream (the job, the report's points as stored at ``written_at``, the events the trip appended; for
+    a report that ended the job its points go first, so that no reader sees the end before them);
     the job as it then stands."""
     job = result.job
     if result.sample is not None:
         svc.progress.add(job.id, result.sample)
-    if job.state in FINAL_STATES:
+    ended = job.state in FINAL_STATES
+    if ended:
         svc.progress.forget(job.id)
+        # its last points before any update that says it ended (its health's, its policy's, its own): a
+        # reader that sees the end has every point already (issue 30)
+        publish_points(svc.live, job, result.new_points, written_at)
     now = svc.clock()
     job, health_events = await health_monitor.assess(
         svc.health,
@@ -148,6 +153,7 @@ async def _take_effect(svc: Services, result: IngestResult, written_at: float, r
     )
     job = await review(svc, job, now)  # its policy's events are published as it acts
     publish_job(svc.live, job, now)
-    publish_points(svc.live, job, result.new_points, written_at)
+    if not ended:
+        publish_points(svc.live, job, result.new_points, written_at)
     publish_events(svc.live, (*result.events, *health_events))
     return job

@@ -1,0 +1,203 @@
+"""Where a report's CPU goes on the server: the whole trip, every thread, on SQLite or PostgreSQL.
+
+The app runs in this process (its ASGI callable driven directly, no sockets: the HTTP stack's own
+cost is the bare endpoint's, measured apart by ``server_ingest.py --sections 6``), with the report
+core's bodies as ``server_ingest.py`` builds them (5 metric windows, rank 0). Every thread is profiled
+(``cProfile`` on the event loop, ``threading.setprofile`` for the store's worker threads), and the
+table groups the cumulative time by the stage of the trip it belongs to.
+
+    .venv/bin/python benchmarks/ingest_profile.py --reports 6000 [--database-url postgresql://...]
+    .venv/bin/python benchmarks/ingest_profile.py --reports 6000 --top 40     # the raw profile too
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from server_ingest import report_dict
+
+from stepwatch.server import ServerSettings, create_app
+
+STAGES = {
+    "route + auth": ("routes/ingest.py:26(report)", "request.py", "access.py"),
+    "body parse + validate": ("protocol/__init__.py", "read_json", "decode_json"),
+    "writer (store)": ("ingest_reports", "_write_report"),
+    "estimates (ETA)": ("_estimate_for", "eta.py"),
+    "health": ("health_monitor.py",),
+    "policies": ("review",),
+    "publishing": ("publish.py",),
+    "response encoding": ("to_dict", "responses.py"),
+}
+
+
+class Asgi:
+    """Calls an ASGI app in-process: one HTTP request, its status and body."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def request(self, method: str, path: str, body: bytes = b"", token: str | None = None) -> tuple[int, bytes]:
+        headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
+        headers.append((b"content-length", str(len(body)).encode()))
+        if token:
+            headers.append((b"authorization", f"Bearer {token}".encode()))
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 5000),
+            "server": ("127.0.0.1", 80),
+        }
+        sent = False
+        status = 0
+        out: list[bytes] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                await asyncio.sleep(3600)
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                out.append(message.get("body", b""))
+
+        await self.app(scope, receive, send)
+        return status, b"".join(out)
+
+
+async def _lifespan(app: Any) -> tuple[asyncio.Queue[Any], asyncio.Task[None]]:
+    inbox: asyncio.Queue[Any] = asyncio.Queue()
+    outbox: asyncio.Queue[Any] = asyncio.Queue()
+    await inbox.put({"type": "lifespan.startup"})
+    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}}, inbox.get, outbox.put))
+    await outbox.get()
+    return inbox, task
+
+
+async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PLR0915 - one measured run, read top to bottom
+    settings = ServerSettings(db=str(db), database_url=opts.database_url, health_sweep_s=3600.0)
+    app = create_app(settings)
+    inbox, life = await _lifespan(app)
+    client = Asgi(app)
+    jobs = []
+    for i in range(opts.jobs):
+        status, body = await client.request(
+            "POST", "/api/v1/namespaces/default/jobs", json.dumps({"name": f"prof-{i}"}).encode()
+        )
+        assert status == 201, body
+        jobs.append((f"prof-{i}", json.loads(body)["token"]))
+    rng = random.Random(0)
+    per_job = opts.reports // opts.jobs
+    bodies = [
+        [json.dumps(report_dict(f"run-{i}", seq, rng, 1000 + i)).encode() for seq in range(per_job)]
+        for i in range(opts.jobs)
+    ]
+
+    async def reporter(i: int, seqs: range) -> None:
+        name, token = jobs[i]
+        path = f"/api/v1/namespaces/default/jobs/{name}/reports"
+        for seq in seqs:
+            status, answer = await client.request("POST", path, bodies[i][seq], token)
+            assert status == 200, answer
+
+    warm = min(5, per_job // 4)
+    await asyncio.gather(*(reporter(i, range(warm)) for i in range(opts.jobs)))
+    profiles: list[cProfile.Profile] = []
+
+    def thread_profiler(frame: Any, event: str, arg: Any) -> None:
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        sys.setprofile(None)
+        profile.enable()
+
+    main = cProfile.Profile()
+    profiles.append(main)
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    process0 = time.process_time()
+    if opts.profile:
+        threading.setprofile(thread_profiler)
+        main.enable()
+    await asyncio.gather(*(reporter(i, range(warm, per_job)) for i in range(opts.jobs)))
+    main.disable()
+    threading.setprofile(None)  # type: ignore[arg-type]
+    process = time.process_time() - process0
+    wall = time.perf_counter() - wall0
+    n = opts.jobs * (per_job - warm)
+    await inbox.put({"type": "lifespan.shutdown"})
+    await life
+    result: dict[str, Any] = {
+        "reports": n,
+        "wall_s": wall,
+        "process_cpu_ms_per_report": 1000 * process / n,
+        "loop_thread_cpu_ms_per_report": 1000 * (time.thread_time() - cpu0) / n,
+    }
+    if opts.profile:
+        stats = pstats.Stats(profiles[0])
+        for p in profiles[1:]:
+            try:
+                p.disable()
+                stats.add(p)
+            except (TypeError, ValueError):
+                pass
+        result["stages"] = stages(stats, n)
+        if opts.top:
+            stats.sort_stats("cumulative").print_stats(opts.top)
+            stats.sort_stats("tottime").print_stats(opts.top)
+    return result
+
+
+def stages(stats: pstats.Stats, n: int) -> dict[str, float]:
+    """Cumulative ms per report of the outermost function of each stage."""
+    found: dict[str, float] = {}
+    table = stats.stats  # type: ignore[attr-defined]
+    for (file, line, fn), (_cc, _nc, _tt, ct, _callers) in table.items():
+        where = f"{file}:{line}({fn})"
+        for marks in STAGES.values():
+            if any(m in where for m in marks):
+                found[where] = ct
+    out: dict[str, float] = {}
+    for where, ct in sorted(found.items(), key=lambda kv: -kv[1])[:60]:
+        out[where.split("stepwatch/")[-1]] = round(1000 * ct / n, 4)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reports", type=int, default=4000)
+    parser.add_argument("--jobs", type=int, default=40)
+    parser.add_argument("--database-url")
+    parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument("--top", type=int, default=0)
+    opts = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = asyncio.run(run(opts, Path(tmp) / "prof.db"))
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
