@@ -1,5 +1,11 @@
 """What a job's policy asks for now: pure, from the job, its cost, its ETA and the clock.
 
+A stop for ``stalled`` acts only on what is sure (issue 29): the stall's evidence is a reading of where
+the ranks stand (a rank hung in its own code, a lock, its data loader, or a collective that does not
+complete) or reports that stopped entirely; it never stops a rank that saves a checkpoint or evaluates
+(it notifies instead, and says why). A stall seen from steps alone (a report core that cannot sample its
+stack) is notified, not stopped: a slow step and a hang look the same there.
+
 A trigger acts once: what a policy did is kept with the job (``policy_fired``), and a trigger that has
 acted stays quiet until its condition ends (a health trigger is re-armed when the job is healthy again,
 so that a second plateau acts again). A job that is already being stopped gets no second stop.
@@ -15,7 +21,7 @@ from ..analysis.cost import Cost
 from ..store.base import FINAL_STATES, Job
 from .model import HEALTH_TRIGGERS, Policy
 
-__all__ = ["Decision", "decide", "rearmed", "stopping"]
+__all__ = ["Decision", "decide", "rearmed", "stopping", "unsure_stall"]
 
 _COMMANDS = {"checkpoint_stop": ("checkpoint", "stop"), "stop": ("stop",), "notify": ()}
 _DOING = {"notify": "notify", "checkpoint_stop": "checkpoint, then stop", "stop": "stop"}
@@ -73,6 +79,10 @@ def decide(policy: Policy, job: Job, cost: Cost, remaining: float | None, now: f
             continue
         if action != "notify" and (not live or being_stopped):
             action = "notify"  # an ended job is not stopped, and a job being stopped is not stopped twice
+        if action != "notify" and trigger == "stalled":
+            unsure = unsure_stall(job.health_evidence)
+            if unsure:
+                action, reason = "notify", f"{reason} (not stopped: {unsure})"  # noqa: PLW2901
         saved = None
         if action != "notify" and cost.rate_per_hour is not None and remaining is not None:
             saved = cost.rate_per_hour * remaining / 3600.0
@@ -81,6 +91,28 @@ def decide(policy: Policy, job: Job, cost: Cost, remaining: float | None, now: f
         if action != "notify" and not dry_run:
             being_stopped = True
     return decisions
+
+
+def unsure_stall(evidence: dict[str, Any]) -> str:
+    """Why a stall's evidence is not sure enough to stop the job on (empty: it is sure).
+
+    Sure: the reports stopped entirely (``metric`` ``reports`` or ``heartbeats``), or a reading of where
+    the ranks stand names a hang (``kind`` ``hang``) or a step standing far past its tail while computing
+    or in a collective (``kind`` ``busy`` with an ``activity``). Not sure: a save or an evaluation
+    (``kind`` ``patient``, or any rank in one), or a step that stands with no reading of where."""
+    metric = evidence.get("metric")
+    if metric in ("reports", "heartbeats"):
+        return ""
+    kind = evidence.get("kind")
+    if (
+        kind == "patient"
+        or evidence.get("activity") in ("checkpointing", "evaluating")
+        or evidence.get("phase") == "eval"
+    ):
+        return "a rank is saving a checkpoint or evaluating; the stop waits it out"
+    if kind == "hang" or (kind == "busy" and evidence.get("activity")):
+        return ""
+    return "its reports say only that the step stands, not where; a slow step and a hang look the same"
 
 
 def stopping(job: Job) -> bool:
