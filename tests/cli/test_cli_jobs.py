@@ -263,7 +263,7 @@ def test_jobs_watch_redraws_when_piped(server: str, ns: str) -> None:
     assert 2 <= len(tables) <= elapsed / jobs_cli.REDRAW_EVERY_S + 2  # at most one table a second
 
 
-def test_jobs_watch_ctrl_c_exits_0(
+def test_jobs_watch_ctrl_c_exits_130(
     server: str, ns: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _register(server, ns, "idle")
@@ -273,7 +273,7 @@ def test_jobs_watch_ctrl_c_exits_0(
 
     monkeypatch.setattr(watch_cli.Feed, "get", interrupted)
     code, out, err = _run_cli(capsys, "jobs", "--watch", "--server", server, "-n", ns)
-    assert (code, err) == (0, "")
+    assert (code, err) == (130, "")  # as docs/cli.md says: interrupted, like every command Ctrl-C ends
     assert "idle" in _table(out)[1]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from ..protocol import ended_short_text
 __all__ = [
     "CLIENT_HINT",
     "END_STATES",
+    "NO_RATE",
     "Cell",
     "add_server_flags",
     "add_token_flag",
@@ -28,6 +30,8 @@ __all__ = [
     "epoch_text",
     "eta_text",
     "evidence_lines",
+    "fit_columns",
+    "fitted",
     "is_terminal",
     "loss_of",
     "loss_text",
@@ -38,11 +42,14 @@ __all__ = [
     "print_table",
     "progress_text",
     "rate_text",
+    "rate_words",
     "rich_table",
     "state_style",
     "step_text",
+    "terminal_width",
     "unreachable",
     "value_text",
+    "view_loss",
     "window_text",
 ]
 
@@ -128,13 +135,23 @@ def eta_text(remaining: float | None, source: str | None = None) -> str:
     return f"{text}*" if source == "reported" and remaining is not None else text
 
 
-def loss_of(metrics: Mapping[str, Any]) -> float | str | None:
-    """The training loss as the API gives it (a number, or ``"NaN"``/``"Infinity"``), if the job has one."""
+def loss_of(metrics: Mapping[str, Any], means: Mapping[str, Any] | None = None) -> float | str | None:
+    """The training loss as the API gives it (a number, or ``"NaN"``/``"Infinity"``), if the job has one: the
+    mean of its latest window (``means``: the view's ``metric_means``, smoother than one batch) where the
+    server sends it, else the last value."""
     for key in LOSS_KEYS:
+        if means and means.get(key) is not None:
+            mean: float | str = means[key]
+            return mean
         if metrics.get(key) is not None:
             value: float | str = metrics[key]
             return value
     return None
+
+
+def view_loss(view: Mapping[str, Any]) -> float | str | None:
+    """A job view's loss as readers show it (see :func:`loss_of`)."""
+    return loss_of(view.get("metrics") or {}, view.get("metric_means") or {})
 
 
 def loss_text(value: float | str | None) -> str:
@@ -239,6 +256,25 @@ def rate_text(value: float | None) -> str:
     return f"{value:.0f}"
 
 
+NO_RATE = "—"
+"""What stands where a stalled or ended job's rate would be: it has no live rate."""
+
+
+def rate_words(view: Mapping[str, Any], now: float | None = None, long: bool = False) -> str:
+    """A job view's steps per second as a person reads it: the server's rate; ``—`` for a job with no live
+    rate (stalled or ended: the server sends none), with ``stalled since 14:05`` after it when ``long``."""
+    rate = (view.get("progress") or {}).get("steps_per_second")
+    if rate is not None:
+        return rate_text(rate)
+    health = view.get("health") or {}
+    if view.get("state") in END_STATES:
+        return f"{NO_RATE} (ended)" if long else NO_RATE
+    if health.get("state") == "stalled":
+        since = health.get("since")
+        return f"{NO_RATE} (stalled since {clock_time(since, now)})" if long and since is not None else NO_RATE
+    return "-"
+
+
 def age(since: float | None, now: float | None = None) -> str:
     """How long ago ``since`` (a Unix time) was, as a duration."""
     if since is None:
@@ -328,6 +364,12 @@ def plain_table(headers: Sequence[str], rows: Sequence[Row]) -> str:
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
 
 
+def _table_width(headers: Sequence[str], rows: Sequence[Row], gap: int = 3) -> int:
+    """The cells a table needs: rich cuts cells (``STA…``) when its console is narrower."""
+    widths = [max([len(h), *(len(_text(row[i])) for row in rows)]) for i, h in enumerate(headers)]
+    return sum(widths) + gap * max(len(widths) - 1, 0)
+
+
 def rich_table(headers: Sequence[str], rows: Sequence[Row]) -> Any:
     """The same table as a rich renderable (borderless, like ``kubectl get``, with coloured cells)."""
     from rich.table import Table
@@ -341,16 +383,63 @@ def rich_table(headers: Sequence[str], rows: Sequence[Row]) -> Any:
     return table
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Row], out: TextIO | None = None) -> None:
-    """Print a table: rich on a terminal (plain when rich is missing), plain aligned text when piped."""
+def terminal_width(out: TextIO | None = None) -> int | None:
+    """How many columns a table may take: ``$COLUMNS`` when set, else the terminal's width; ``None`` (no
+    limit) when piped, as ``kubectl get`` writes whole rows to a file."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if is_terminal(sys.stdout if out is None else out):
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def fit_columns(
+    headers: Sequence[str], rows: Sequence[Row], width: int | None, priority: Sequence[str] = (), gap: int = 3
+) -> list[int]:
+    """The indexes of the columns that fit in ``width`` cells, in table order: taken in ``priority`` order (then
+    the rest in table order) up to the first that does not fit, each as wide as its header or its widest cell,
+    ``gap`` apart. A column is dropped whole rather than cut: no number or state word loses its end."""
+    if width is None:
+        return list(range(len(headers)))
+    need = [max([len(h), *(len(_text(row[i])) for row in rows)]) for i, h in enumerate(headers)]
+    order = [headers.index(h) for h in priority if h in headers]
+    order += [i for i in range(len(headers)) if i not in order]
+    chosen: list[int] = []
+    used = -gap
+    for i in order:
+        if used + gap + need[i] > width:
+            break
+        chosen.append(i)
+        used += gap + need[i]
+    return sorted(chosen) or order[:1]
+
+
+def fitted(
+    headers: Sequence[str], rows: Sequence[Row], width: int | None, priority: Sequence[str] = ()
+) -> tuple[list[str], list[list[str | Cell]]]:
+    """The table with only the columns that fit in ``width`` (see :func:`fit_columns`)."""
+    keep = fit_columns(headers, rows, width, priority)
+    return [headers[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
+def print_table(
+    headers: Sequence[str], rows: Sequence[Row], out: TextIO | None = None, priority: Sequence[str] | None = None
+) -> None:
+    """Print a table: rich on a terminal (plain when rich is missing), plain aligned text when piped. With a
+    ``priority``, the columns that do not fit the terminal (or ``$COLUMNS``) are left out, least needed first."""
     out = sys.stdout if out is None else out
+    if priority is not None:
+        headers, rows = fitted(headers, rows, terminal_width(out), priority)
     if is_terminal(out):
         try:
             from rich.console import Console
         except ImportError:
             pass
         else:
-            Console(file=out).print(rich_table(headers, rows))
+            Console(file=out, width=max(terminal_width(out) or 0, _table_width(headers, rows))).print(
+                rich_table(headers, rows)
+            )
             return
     print(plain_table(headers, rows), file=out, flush=True)
 

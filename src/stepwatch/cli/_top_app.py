@@ -6,6 +6,9 @@ Imported only when the command runs (``top.make_app``): Textual is an extra (``s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -51,14 +54,21 @@ class JobScreen(ModalScreen[None]):
     ]
     DEFAULT_CSS = "JobScreen { align: center middle; } #job { width: 100; height: 90%; border: thick $accent; }"
 
-    def __init__(self, job: Job, body: str) -> None:
+    def __init__(self, job: Job, body: str, events: Sequence[Any] = ()) -> None:
         super().__init__()
         self.job = job
         self.body = body
+        self.events = list(events)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="job"):
             yield Static(self.body, id="details")
+
+    def refresh_job(self, job: Job) -> None:
+        """Show the job as its latest update has it (the pane follows the job, as the rows do)."""
+        self.job = job
+        self.body = job_details(job, self.events)
+        self.query_one("#details", Static).update(self.body)
 
 
 class Top(App[None]):
@@ -150,6 +160,9 @@ class Top(App[None]):
             return
         self.jobs[(job.namespace, job.name)] = job
         self.dirty = True
+        screen = self.screen
+        if isinstance(screen, JobScreen) and screen.job.key == job.key and job.attempt >= screen.job.attempt:
+            screen.refresh_job(job)
 
     def say(self, text: str) -> None:
         """Show a message in the status line; it stays there, after the job count, until the next one."""
@@ -246,7 +259,7 @@ class Top(App[None]):
         except StepwatchError as exc:
             self.call_from_thread(self.say, f"cannot read {job.key}: {exc}")
             return
-        self.call_from_thread(self.push_screen, JobScreen(fresh, job_details(fresh, events)))
+        self.call_from_thread(self.push_screen, JobScreen(fresh, job_details(fresh, events), events))
 
     def target(self) -> Job | None:
         screen = self.screen

@@ -9,7 +9,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._format import duration, printable
+from ._format import NO_RATE, clock_time, duration, printable
+from ._format import fit_columns as fit_table
 
 if TYPE_CHECKING:
     from ..client import Job
@@ -65,11 +66,28 @@ def _number(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def shown_loss(job: Job) -> float | None:
+    """The loss a row shows: the mean of its latest window where the server sends one, else the last value."""
+    return job.loss_mean
+
+
+def rate_words(job: Job) -> str:
+    """Steps per second, or ``—`` with since when the job stands (stalled) or that it ended: no live rate."""
+    rate = job.progress.steps_per_second
+    if rate is not None:
+        return f"{_number(rate)} steps/s"
+    if job.ended:
+        return f"{NO_RATE} steps/s (ended)"
+    if job.health.state == "stalled":
+        return f"{NO_RATE} steps/s (stalled since {clock_time(job.health.since)})"
+    return "- steps/s"
+
+
 def job_cells(job: Job, width: int = NARROW) -> list[tuple[str, str]]:
     """The cells of a job's row, each ``(text, rich style)``, for a terminal ``width`` columns wide."""
     p = job.progress
     step = "-" if p.step is None else (f"{p.step}/{p.total_steps}" if p.total_steps else str(p.step))
-    loss = _number(job.loss)
+    loss = _number(shown_loss(job))
     narrow = width < NARROW
     name = job.name if not narrow or len(job.name) <= 24 else job.name[:23] + "…"
     bar_style = _HEALTH_STYLE.get(job.health.state, "") if job.health.state != "unknown" else "cyan"
@@ -82,7 +100,7 @@ def job_cells(job: Job, width: int = NARROW) -> list[tuple[str, str]]:
         (step, ""),
         (duration(job.eta.remaining_seconds) if not job.ended else "-", ""),
         (loss, "bold red" if loss in ("NaN", "Inf", "-Inf") else ""),
-        (_money(job.cost.rate_per_hour), ""),
+        (_money(job.cost.rate_per_hour) if not job.ended else NO_RATE, ""),
         (_money(job.cost.spent), ""),
         (f"{job.resources.gpus:g}" if job.resources.gpus else "-", ""),
     ]
@@ -90,16 +108,10 @@ def job_cells(job: Job, width: int = NARROW) -> list[tuple[str, str]]:
 
 def fit_columns(rows: Sequence[Sequence[str]], width: int, padding: int = 2) -> list[str]:
     """The columns that fit in ``width`` terminal cells, in table order: taken in ``PRIORITY`` order up to the
-    first that does not fit (each as wide as its header or its widest cell, plus ``padding``)."""
-    need = {column: max([len(column), *(len(row[i]) for row in rows)]) + padding for i, column in enumerate(COLUMNS)}
-    chosen: set[str] = set()
-    used = 0
-    for column in PRIORITY:
-        if used + need[column] > width:
-            break
-        chosen.add(column)
-        used += need[column]
-    return [column for column in COLUMNS if column in chosen]
+    first that does not fit (each as wide as its header or its widest cell, plus ``padding``): the one
+    width-aware rule of ``jobs``, ``watch`` and ``top`` (:func:`._format.fit_columns`)."""
+    keep = fit_table(COLUMNS, rows, width + padding, PRIORITY, gap=padding)
+    return [COLUMNS[i] for i in keep]
 
 
 def _sort_key(job: Job, key: str) -> tuple[Any, ...]:
@@ -141,11 +153,12 @@ def job_details(job: Job, events: Sequence[Any]) -> str:
         f"[b]{escape(job.key)}[/b]  attempt {job.attempt}  [{_STATE_STYLE.get(job.state, '')}]{job.state}[/]",
         f"progress  {bar(p.percent, 30)}",
         f"step      {p.step if p.step is not None else '-'} / {p.total_steps or '-'}"
-        f"   epoch {_number(p.epoch)} / {_number(p.total_epochs)}   {_number(p.steps_per_second)} steps/s",
+        f"   epoch {_number(p.epoch)} / {_number(p.total_epochs)}   {rate_words(job)}",
         f"ETA       {duration(e.remaining_seconds)}"
         + (f"  (finishes {time.strftime('%a %H:%M', time.localtime(e.finish_time))})" if e.finish_time else ""),
         f"health    [{_HEALTH_STYLE.get(h.state, '')}]{h.state}[/]  {escape(h.message)}",
-        f"cost      {_money(c.rate_per_hour)} {c.currency}/h  spent {_money(c.spent)}  projected "
+        f"cost      {_money(c.rate_per_hour) if c.rate_per_hour is not None else NO_RATE} {c.currency}/h"
+        f"  spent {_money(c.spent)}  projected "
         f"{_money(c.projected)}  wasted {_money(c.wasted)}  saved {_money(c.saved)}",
         f"GPUs      {job.resources.gpus:g} {escape(job.resources.gpu_type or '')}",
     ]

@@ -25,7 +25,7 @@ from ._format import (
     missing_client,
     printable,
     progress_text,
-    rate_text,
+    rate_words,
     step_text,
     unreachable,
 )
@@ -118,7 +118,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
             ("Progress", progress_text(view)),
             ("Step", step_text(progress)),
             ("Epoch", epoch_text(progress)),
-            ("Steps/s", rate_text(progress.get("steps_per_second"))),
+            ("Steps/s", rate_words(view, now, long=True)),
             ("ETA", _eta_line(eta)),
             ("Finishes", clock_time(eta.get("finish_time"), now)),
             ("Elapsed", duration(times.get("elapsed_seconds"))),
@@ -126,13 +126,14 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
             *_reported_end(view),
         ],
     )
-    if cost.get("rate_per_hour") is not None:
+    if cost.get("rate_per_hour") is not None or cost.get("spent") is not None:
         currency = str(cost.get("currency") or "USD")
+        rate = cost.get("rate_per_hour")
         _section(
             out,
             "Cost",
             [
-                ("Rate", f"{_money(cost.get('rate_per_hour'))} {currency}/h"),
+                ("Rate", f"{_money(rate)} {currency}/h" if rate is not None else "— (ended: it costs nothing now)"),
                 ("Spent", _money(cost.get("spent"))),
                 ("Projected", _money(cost.get("projected"))),
                 ("Wasted", _money(cost.get("wasted"))),
@@ -184,7 +185,7 @@ def _section(out: TextIO, title: str | None, lines: list[tuple[str, str]]) -> No
 def _span_line(span: dict[str, Any], now: float, ended: bool) -> tuple[str, str]:
     """One verdict the job had: its state, from when, for how long (to the job's end, or still), and what
     that time cost."""
-    start = span.get("since") if span.get("since") is not None else span.get("from")
+    start = span.get("start", span.get("since") if span.get("since") is not None else span.get("from"))
     cost = span.get("wasted") if span.get("wasted") else span.get("cost")
     money = f", {_money(cost)}{' wasted' if span.get('wasted') else ''}" if cost is not None else ""
     still = "" if span.get("to") is not None or ended else ", still"

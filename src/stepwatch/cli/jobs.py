@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ._errors import INTERRUPTED
 from ._format import (
     Cell,
     add_server_flags,
@@ -17,19 +18,21 @@ from ._format import (
     cost_text,
     epoch_text,
     eta_text,
+    fitted,
     health_cell,
     is_terminal,
-    loss_of,
     loss_text,
     missing_client,
     plain_table,
     print_table,
     progress_text,
-    rate_text,
+    rate_words,
     rich_table,
     state_style,
     step_text,
+    terminal_width,
     unreachable,
+    view_loss,
 )
 
 if TYPE_CHECKING:
@@ -37,10 +40,14 @@ if TYPE_CHECKING:
 
     from ..client import Client
 
-__all__ = ["HEADERS", "WIDE_HEADERS", "job_row", "register", "run", "sort_jobs", "watch_table"]
+__all__ = ["HEADERS", "PRIORITY", "WIDE_HEADERS", "job_row", "register", "run", "sort_jobs", "watch_table"]
 
 HEADERS = ("NAME", "NAMESPACE", "STATE", "HEALTH", "PROGRESS%", "STEP", "EPOCH", "ETA", "LOSS", "COST", "AGE")
 WIDE_HEADERS = (*HEADERS, "ATTEMPT", "STEPS/S", "FINISH", "LAST REPORT")
+PRIORITY = ("NAME", "STATE", "PROGRESS%", "HEALTH", "ETA", "LOSS", "STEP", "COST", "NAMESPACE", "AGE", "EPOCH",
+            "STEPS/S", "ATTEMPT", "FINISH", "LAST REPORT")  # fmt: skip
+"""The columns a narrow terminal keeps, most needed first (a column is dropped whole, never cut): at 80 columns
+a job's name, state, progress, health, ETA and loss."""
 REDRAW_EVERY_S = 1.0
 """When piped, a new table at most this often; on a terminal, ages and ETAs tick this often."""
 
@@ -89,8 +96,7 @@ def job_row(view: dict[str, Any], *, wide: bool = False, now: float | None = Non
     remaining = eta.get("remaining_seconds")
     if remaining is not None:
         remaining = max(remaining - since, 0.0)
-    loss = loss_of(view.get("metrics") or {})
-    shown_loss = loss_text(loss)
+    shown_loss = loss_text(view_loss(view))
     state = view.get("state", "")
     row: list[Any] = [
         view["name"],
@@ -109,7 +115,7 @@ def job_row(view: dict[str, Any], *, wide: bool = False, now: float | None = Non
         report_age = times.get("report_age_seconds")
         row += [
             str(view.get("attempt", "-")),
-            rate_text(progress.get("steps_per_second")),
+            rate_words(view),
             clock_time(eta.get("finish_time"), now),
             eta_text(report_age + since if report_age is not None else None),
         ]
@@ -165,15 +171,16 @@ def run(args: argparse.Namespace) -> int:
                 print(f"no{state} jobs in {where} at {url}", file=sys.stderr)
             else:
                 wide = args.output == "wide"
-                print_table(WIDE_HEADERS if wide else HEADERS, [job_row(v, wide=wide) for v in views])
+                rows = [job_row(v, wide=wide) for v in views]
+                print_table(WIDE_HEADERS if wide else HEADERS, rows, priority=PRIORITY)
         except ServerUnreachable:
             print(unreachable(url), file=sys.stderr)
             return 1
         except ApiError as exc:
             print(f"stepwatch jobs: {exc.message}", file=sys.stderr)
             return 1
-        except KeyboardInterrupt:  # Ctrl-C ends --watch: that is how it is meant to stop
-            return 0
+        except KeyboardInterrupt:  # Ctrl-C ends --watch: 130, as for every command a signal interrupted
+            return INTERRUPTED
     return 0
 
 
@@ -208,7 +215,7 @@ def watch_table(
         except ImportError:
             pass
         else:
-            live = Live(rich_table(*board.table()), console=Console(file=out), auto_refresh=False)
+            live = Live(rich_table(*board.table(out)), console=Console(file=out), auto_refresh=False)
     try:
         if live is not None:
             live.start()
@@ -231,11 +238,11 @@ def watch_table(
                     dirty = _relist(client, namespace, args, board)
             due = time.monotonic() - drawn >= REDRAW_EVERY_S
             if live is not None and (dirty or due):
-                live.update(rich_table(*board.table()), refresh=True)
+                live.update(rich_table(*board.table(out)), refresh=True)
                 drawn, dirty = time.monotonic(), False
             elif dirty and due and not as_json:
                 print(file=out)
-                print(plain_table(*board.table()), file=out, flush=True)
+                print(plain_table(*board.table(out)), file=out, flush=True)
                 drawn, dirty = time.monotonic(), False
     finally:
         feed.close()
@@ -285,11 +292,11 @@ class _Board:
         self._jobs[key] = (view, time.time())
         return True
 
-    def table(self) -> tuple[Sequence[str], list[list[Any]]]:
-        """Headers and rows, with ETAs and ages moved on to now."""
+    def table(self, out: TextIO | None = None) -> tuple[Sequence[str], list[list[Any]]]:
+        """Headers and rows, with ETAs and ages moved on to now, the columns that fit ``out``'s width."""
         now = time.time()
         rows = [
             job_row(v, wide=self._wide, now=now, since=now - self._jobs[(v["namespace"], v["name"])][1])
             for v in self.views()
         ]
-        return (WIDE_HEADERS if self._wide else HEADERS), rows
+        return fitted(WIDE_HEADERS if self._wide else HEADERS, rows, terminal_width(out), PRIORITY)

@@ -22,20 +22,20 @@ from ._format import (
     duration,
     eta_text,
     is_terminal,
-    loss_of,
     loss_text,
     missing_client,
-    percent,
     progress_text,
     rate_text,
+    rate_words,
     step_text,
     unreachable,
+    view_loss,
 )
 
 if TYPE_CHECKING:
     from ..client import Client
 
-__all__ = ["EXIT_CODES", "Feed", "outcome", "progress_line", "register", "run"]
+__all__ = ["EXIT_CODES", "Feed", "bar_fields", "bar_line", "outcome", "progress_line", "register", "run"]
 
 EXIT_CODES = {"finished": 0, "failed": 1, "stopped": 2}
 POLL_AFTER_S = 3.0
@@ -135,14 +135,16 @@ class Feed:
 
 
 def progress_line(view: dict[str, Any], remaining: float | None = None) -> str:
-    """One line of progress: ``default/bert running 45.0% step 1350/3000 ETA 1m10s loss 0.123 4.50 steps/s``."""
+    """One line of progress: ``default/bert running 45.0% step 1350/3000 ETA 1m10s loss 0.123 4.50 steps/s``
+    (``steps/s — (stalled since 14:05)`` for a job that stands)."""
     progress = view.get("progress") or {}
+    rate = progress.get("steps_per_second")
     if remaining is None:
         remaining = (view.get("eta") or {}).get("remaining_seconds")
     return (
         f"{view['namespace']}/{view['name']} {view['state']} {progress_text(view)} "
-        f"step {step_text(progress)} ETA {eta_text(remaining)} loss {loss_text(loss_of(view.get('metrics') or {}))} "
-        f"{rate_text(progress.get('steps_per_second'))} steps/s"
+        f"step {step_text(progress)} ETA {eta_text(remaining)} loss {loss_text(view_loss(view))} "
+        + (f"{rate_text(rate)} steps/s" if rate is not None else f"steps/s {rate_words(view, long=True)}")
     )
 
 
@@ -154,7 +156,7 @@ def outcome(view: dict[str, Any]) -> tuple[str, int]:
     at_step = f"at step {step_text(progress)}" if progress.get("step") is not None else ""
     # short of its total: said whatever the state (a script that exits early is "finished" at 49.8 %)
     short = ended_short_text(state, progress.get("percent"))
-    loss = loss_of(view.get("metrics") or {})
+    loss = view_loss(view)
     if state == "finished":
         elapsed = (view.get("times") or {}).get("elapsed_seconds")
         parts = [f"{who} finished"]
@@ -203,49 +205,76 @@ class _Lines:
             self._last_line, self._last_at = line, now
 
 
+BAR_MIN = 12
+"""The fewest cells the bar keeps: the fields beside it go first, least needed first (issue 30: at 80 columns
+the bar was lost)."""
+BAR_MAX = 40
+
+
+def bar_fields(view: dict[str, Any], remaining: float | None) -> list[tuple[str, str]]:
+    """The fields beside the bar, ``(name, text)`` in the order they are dropped last to first: percent, step,
+    ETA, rate (``—`` and since when it stands, for a stalled job), loss, state."""
+    progress = view.get("progress") or {}
+    rate = rate_words(view, long=True)
+    return [
+        ("percent", progress_text(view)),
+        ("step", f"step {step_text(progress)}"),
+        ("eta", f"ETA {eta_text(remaining)}"),
+        ("rate", f"{rate} steps/s" if (progress.get("steps_per_second") is not None) else rate),
+        ("loss", f"loss {loss_text(view_loss(view))}"),
+        ("state", str(view.get("state", ""))),
+    ]
+
+
+def bar_line(view: dict[str, Any], remaining: float | None, width: int, title: str = "") -> tuple[int, str, str]:
+    """The live line at ``width`` cells: ``(bar cells, text before the bar, text after it)``. The title and the
+    fields are kept while the bar still has :data:`BAR_MIN` cells; none is ever cut."""
+    fields = bar_fields(view, remaining)
+    kept: list[str] = []
+    used = 0
+    for _, text in fields:
+        if used + 1 + len(text) + BAR_MIN > width:
+            break
+        kept.append(text)
+        used += 1 + len(text)
+    before = title if title and used + len(title) + 1 + BAR_MIN + 8 <= width else ""
+    if before:
+        used += len(before) + 1
+    cells = max(min(width - used, BAR_MAX), min(BAR_MIN, max(width - used, 1)))
+    return cells, before, " ".join(kept)
+
+
 class _Bar:
-    """On a terminal: a rich progress bar with percent, step/total, ETA, loss and steps/s."""
+    """On a terminal: a bar with percent, step/total, ETA, rate, loss and state, fitted to the terminal's width."""
 
     def __init__(self, out: TextIO, title: str) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn
+        from rich.live import Live
 
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[percent]:>6}"),
-            TextColumn("step {task.fields[step]}"),
-            TextColumn("ETA {task.fields[eta]}"),
-            TextColumn("loss {task.fields[loss]}"),
-            TextColumn("{task.fields[rate]} steps/s"),
-            TextColumn("{task.fields[state]}"),
-            console=Console(file=out),
-        )
-        self._task = self._progress.add_task(
-            title, total=None, percent="-", step="-", eta="-", loss="-", rate="-", state=""
-        )
+        self._console = Console(file=out)
+        self._title = title
+        self._live = Live(console=self._console, auto_refresh=False)
 
     def __enter__(self) -> _Bar:
-        self._progress.start()
+        self._live.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        self._live.stop()
 
     def show(self, view: dict[str, Any], remaining: float | None) -> None:
-        progress = view.get("progress") or {}
-        value = progress.get("percent")
-        self._progress.update(
-            self._task,
-            total=100.0 if value is not None else None,
-            completed=value or 0.0,
-            percent=ended_short_text(view["state"], value) or percent(value),
-            step=step_text(progress),
-            eta=eta_text(remaining),
-            loss=loss_text(loss_of(view.get("metrics") or {})),
-            rate=rate_text(progress.get("steps_per_second")),
-            state=view["state"],
-        )
+        from rich.text import Text
+
+        cells, before, after = bar_line(view, remaining, self._console.width, self._title)
+        value = (view.get("progress") or {}).get("percent")
+        filled = round(max(0.0, min(100.0, value)) / 100 * cells) if value is not None else 0
+        line = Text()
+        if before:
+            line.append(before + " ", style="bold")
+        line.append("━" * filled, style="magenta" if value is not None else "")
+        line.append("━" * (cells - filled), style="grey23")
+        line.append(" " + after)
+        self._live.update(line, refresh=True)
 
 
 def _display(out: TextIO, title: str) -> _Bar | _Lines:

@@ -492,6 +492,25 @@ class Job:
         return None
 
     @property
+    def metric_means(self) -> dict[str, float]:
+        """The mean of each metric's latest window (``{}`` from a server that does not send them)."""
+        found = self._parts.get("metric_means")
+        if found is None:
+            raw = as_dict(self._get("metric_means") or {}, "job.metric_means")
+            found = self._parts["metric_means"] = {k: to_float(v, "job.metric_means", k) for k, v in raw.items()}
+        return dict(found)
+
+    @property
+    def loss_mean(self) -> float | None:
+        """The training loss as lists show it: the mean of its latest window where the server sends one, else
+        the last value (:attr:`loss`); smoother than one batch."""
+        means = self.metric_means
+        for key in LOSS_KEYS:
+            if key in means:
+                return means[key]
+        return self.loss
+
+    @property
     def percent(self) -> float | None:
         """Shortcut for ``progress.percent``."""
         return self.progress.percent
@@ -625,7 +644,7 @@ def job_html(job: Job) -> str:
         f"{progress_bar(job.progress.percent, colour)}"
         + (f"<div>{escape(job.ended_short)}</div>" if job.ended_short else "")
         + f"<div>step {_step(job)} · epoch {escape(epoch)} · ETA {duration(job.eta.remaining_seconds)}"
-        f" · loss {number(job.loss)}</div>"
+        f" · loss {number(job.loss_mean)}</div>"
         f"<div>cost: spent {money(cost.spent, cost.currency)} · projected {money(cost.projected, cost.currency)}"
         f" · wasted {money(cost.wasted, cost.currency)}</div>"
         f"{why}{reason}" + (f'<table style="font-size:.9em">{metrics}</table>' if metrics else "") + "</div>"
@@ -646,7 +665,7 @@ def jobs_html(jobs: Sequence[Job]) -> str:
             f"<td>{badge(job.state, STATE_COLOURS.get(job.state, '#6e7781'))}</td>"
             f"<td>{badge(job.health.state, colour)}</td>"
             f"<td>{progress_bar(job.progress.percent, colour, '8em')}</td>"
-            f"<td>{_step(job)}</td><td>{duration(job.eta.remaining_seconds)}</td><td>{number(job.loss)}</td>"
+            f"<td>{_step(job)}</td><td>{duration(job.eta.remaining_seconds)}</td><td>{number(job.loss_mean)}</td>"
             f"<td>{money(job.cost.spent, job.cost.currency)}</td><td>{money(job.cost.wasted, job.cost.currency)}</td>"
             "</tr>"
         )
