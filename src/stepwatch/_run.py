@@ -101,6 +101,9 @@ class Run:
         self._should_checkpoint = False
         self._command_reason = ""
         self._finished = False
+        self._thread = threading.get_ident()
+        """The thread that trains, whose stack the sender reads while a step stands (:mod:`._where`): the
+        one that called ``init``, or the one that iterates :meth:`track` (recorded there, once per loop)."""
         self._phase: Phase = "train"
         self._phase_t = time.monotonic()
         """When the current phase began (the reporter's monotonic clock; only a duration is sent)."""
@@ -143,6 +146,8 @@ class Run:
             transport=transport,
             params=params,
             progression=self._progression,
+            current_step=lambda: self._step,
+            thread=lambda: self._thread,
         )
         if sender.start():
             self._sender = sender
@@ -330,6 +335,7 @@ class Run:
                 total = len(iterable)  # type: ignore[arg-type]
             except Exception:
                 total = None
+        self._thread = threading.get_ident()  # the loop may run in another thread than init's
         if total and self._total_steps is None:
             epochs = self._total_epochs
             scale = int(epochs) if epochs and float(epochs).is_integer() else 1
@@ -526,6 +532,7 @@ def init(
     flush_timeout: float | None = None,
     disabled: bool | None = None,
     metrics_port: int | str | bool | None = None,
+    where: bool | None = None,
     transport: Transport | None = None,
 ) -> Run:
     """Start reporting: returns the :class:`Run` a training loop calls ``step()`` on.
@@ -535,9 +542,10 @@ def init(
     ...), then to the upstream Kubeflow Trainer variables (``KUBEFLOW_TRAINER_SERVER_URL``,
     ``..._TOKEN``, ``..._CA_CERT``). ``metrics_port`` says where rank 0 serves OpenShift AI's
     progression status: a port, ``"HOST:PORT"`` or ``"off"``; unset, 28080 in a Kubeflow TrainJob's pod
-    and nowhere elsewhere (``docs/openshift-ai.md``). Without an endpoint or that status the run is a
-    silent no-op after one info line. ``init`` never raises: a setting it cannot use is reported
-    with a warning and reporting is switched off.
+    and nowhere elsewhere (``docs/openshift-ai.md``). ``where=False`` (``STEPWATCH_WHERE=off``) never
+    reads the training thread's stack (``docs/reporting.md``, "Where a rank stands"). Without an
+    endpoint or that status the run is a silent no-op after one info line. ``init`` never raises: a
+    setting it cannot use is reported with a warning and reporting is switched off.
     """
     global _current
     from ._setup import plan_run
@@ -556,6 +564,7 @@ def init(
             "flush_timeout": flush_timeout,
             "disabled": disabled,
             "metrics_port": metrics_port,
+            "where": where,
         }
     )
     run = Run(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final
 
 from ._rate import RateMeter
 from ._transport import TokenSource, Transport, TransportError
+from ._where import WhereSampler
 from ._window import WindowBuffer
 from ._wire import Snapshot, Wire
 from .protocol import Backoff, Command, parse_retry_after
@@ -67,6 +68,8 @@ class Sender:
         min_gap: float = 0.0,
         warn_after: float = 30.0,
         progression: Progression | None = None,
+        where: WhereSampler | None = None,
+        standing_interval: float | None = None,
     ) -> None:
         self.wire = wire
         self.transport = transport
@@ -85,6 +88,11 @@ class Sender:
         self._warn_after = warn_after
         self.progression = progression
         """Where each collected status also goes: OpenShift AI's progression endpoint (rank 0), if served."""
+        self.where = where
+        """Reads where the rank stands while its step stands, and the shares of its activities (:mod:`._where`)."""
+        self._standing_interval = min(interval, standing_interval or interval)
+        """How often a rank whose step stands reports (a heartbeating rank: as often as rank 0, not 5x less)."""
+        self._collected_at = -1e18
         self._accepted_at: float | None = None
         """When a report was last accepted (``None``: since the start, none)."""
         self._started_at = 0.0
@@ -185,6 +193,8 @@ class Sender:
             due = self._next_report
             if self._retry_at > now:
                 due = min(due, self._retry_at)
+            if self.where is not None and self.where.enabled:
+                due = min(due, self.where.next_due())  # ~1 Hz: watch the step, read the stack while it stands
             wait = due - now
             if not self._stop.is_set() and wait > 0:
                 self._wake.wait(wait)
@@ -205,6 +215,12 @@ class Sender:
 
     def _cycle(self) -> None:
         now = self._clock()
+        where = self.where
+        if where is not None and where.enabled:
+            if where.tick(now):  # a step has just begun to stand: say where at once (the server has 45 s)
+                self._next_report = now
+            elif where.standing:
+                self._next_report = min(self._next_report, self._collected_at + self._standing_interval)
         if now >= self._next_report:
             self._next_report = now + self.interval
             self._collect(now, None)
@@ -235,8 +251,12 @@ class Sender:
                 time.sleep(pause)
 
     def _collect(self, now: float, final: Snapshot | None) -> None:
+        self._collected_at = now
         windows = self.buffer.take() if self.buffer is not None else []
         snapshot = final if final is not None else self._snapshot()
+        where = self.where
+        if where is not None and final is None and where.enabled:
+            snapshot = dataclasses.replace(snapshot, where=where.reading(), activity_shares=where.take_shares())
         self.rate.add(now, snapshot.progress.step)
         snapshot = self._with_rates(snapshot)
         if self.progression is not None:  # first: at the end this writes the termination message, before any send

@@ -158,6 +158,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "Send a final report when the process receives SIGTERM, then die as it would have.",
     ),
     Setting(
+        "where",
+        ("STEPWATCH_WHERE",),
+        True,
+        _flag,
+        "Read the training thread's stack from the sender thread (about once a second) and send where a rank "
+        "stands while its step has stood longer than usual: what it does, the library call, its own functions "
+        "as function (file:line); never locals or arguments (docs/reporting.md). off: never read.",
+    ),
+    Setting(
         "autoinstrument",
         ("STEPWATCH_AUTOINSTRUMENT",),
         True,
@@ -203,6 +212,8 @@ class ResolvedSettings:
     warn_after: float
     disabled: bool
     handle_sigterm: bool
+    where: bool
+    """Read where a standing rank stands (its stack) and the shares of its activities."""
     autoinstrument: bool
     metrics_port: tuple[str, int] | Literal[False] | None
     """Where to serve OpenShift AI's progression status; ``None``: not said (on in a TrainJob's pod)."""

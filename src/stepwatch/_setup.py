@@ -21,6 +21,7 @@ from ._settings import UPSTREAM_URL_ENV, ResolvedSettings, SettingError, resolve
 from ._trainjob import trainjob_node
 from ._transport import HTTPTransport, TokenSource, Transport
 from ._version import __version__
+from ._where import WhereSampler
 from ._window import WindowBuffer
 from ._wire import KubeflowWire, NativeWire, NullWire, Snapshot, Wire
 from .protocol import (
@@ -186,16 +187,20 @@ def make_sender(
     transport: Transport | None,
     params: Mapping[str, Any] | None,
     progression: Progression | None = None,
+    current_step: Callable[[], int] | None = None,
+    thread: Callable[[], int | None] | None = None,
 ) -> Sender:
     """The sender of a run, in the wire mode of its plan (not started).
 
     What it needs of the run comes as values and callables (its id, its snapshot, where commands
-    go, its total steps when it registers), so that this module does not know :class:`~._run.Run`.
+    go, its total steps when it registers, its step counter and training thread for the stack
+    readings of :mod:`._where`), so that this module does not know :class:`~._run.Run`.
     A run without an endpoint that serves its progression gets a sender that sends nothing.
     """
     settings = plan.settings
     wire: Wire
     interval = settings.interval
+    where: WhereSampler | None = None
     registration = None
     if plan.mode == "native" and plan.identity.rank == 0:
         registration = _registration(plan, total_steps)
@@ -209,6 +214,8 @@ def make_sender(
         wire = NativeWire(plan.url, run_id, plan.identity, clean_params(params))
         if plan.identity.rank != 0:
             interval *= LIMITS.heartbeat_interval_factor
+        if settings.where and current_step is not None and thread is not None:
+            where = WhereSampler(current_step, thread)
     return Sender(
         wire=wire,
         transport=transport or HTTPTransport(ca_cert=settings.ca_cert),
@@ -223,6 +230,8 @@ def make_sender(
         registration=registration,
         min_gap=LIMITS.min_kubeflow_interval_s if plan.mode == "kubeflow" else 0.0,
         progression=progression,
+        where=where,
+        standing_interval=settings.interval,
     )
 
 

@@ -38,6 +38,7 @@ from .protocol import (
     ReportResponse,
     ReportState,
     TrainerStatus,
+    Where,
     decode_body,
     encode_body,
     format_rfc3339,
@@ -58,6 +59,10 @@ class Snapshot:
     """Params given since the last snapshot (``Run.update(params=...)``)."""
     gpus: tuple[GpuReading, ...] = ()
     """This process's GPUs, read (NVML) when the snapshot was taken, in the sender thread."""
+    where: Where | None = None
+    """Where the rank stands, while its step has stood longer than usual (:mod:`stepwatch._where`)."""
+    activity_shares: Mapping[str, float] | None = None
+    """The share of each activity among the stack samples of the interval since the last snapshot."""
 
 
 class Wire(Protocol):
@@ -124,7 +129,9 @@ class NativeWire:
         self._windows = {}
         self._fresh = False
         acks = tuple(self._acks[: LIMITS.max_acks])
-        for part, (chunk, with_params) in enumerate(self._chunks(windows)):
+        # room for the stack reading in the first part: 8 frames of the longest function and file, escaped
+        extra = _WHERE_RESERVE if snapshot.where is not None or snapshot.activity_shares else 0
+        for part, (chunk, with_params) in enumerate(self._chunks(windows, extra)):
             report = Report(
                 run_id=self._run_id,
                 seq=next(self._seq),
@@ -137,17 +144,19 @@ class NativeWire:
                 state=snapshot.state,
                 reason=snapshot.reason[: LIMITS.max_reason_length],
                 gpus=snapshot.gpus if part == 0 else (),
+                where=snapshot.where if part == 0 else None,
+                activity_shares=snapshot.activity_shares if part == 0 else None,
             )
             sent = self._params if with_params else None
             self._inflight.append((encode_body(report.to_dict()), acks if part == 0 else (), sent))
 
-    def _chunks(self, windows: list[MetricWindow]) -> list[tuple[list[MetricWindow], bool]]:
+    def _chunks(self, windows: list[MetricWindow], extra: int = 0) -> list[tuple[list[MetricWindow], bool]]:
         """Split windows so that every body fits the size limit (params travel in the first part)."""
         parts: list[tuple[list[MetricWindow], bool]] = []
         todo: list[tuple[list[MetricWindow], bool]] = [(windows, self._params is not None)]
         while todo:
             chunk, with_params = todo.pop(0)
-            size = _estimate(chunk, self._params if with_params else None)
+            size = _estimate(chunk, self._params if with_params else None) + extra
             if size <= self._max_body - 1024 or len(chunk) <= 1:
                 parts.append((chunk, with_params))
                 continue
@@ -182,6 +191,10 @@ class NativeWire:
     def rejected(self) -> None:
         """Drop the report in flight (the server will never accept it)."""
         self._inflight.popleft()
+
+
+_WHERE_RESERVE = 8 * 1024
+"""Bytes kept free in a report for ``where`` (8 frames of at most 128 + 256 characters) and ``activity_shares``."""
 
 
 def _estimate(windows: list[MetricWindow], params: Mapping[str, Any] | None) -> int:
