@@ -387,3 +387,60 @@ def test_a_job_that_ignores_sigterm_is_killed_after_kill_after(server: str) -> N
     assert process.returncode == 137  # 128 + SIGKILL: the job was killed
     assert "1 s after SIGTERM; killing its process group" in err
     assert "killed by SIGKILL" in err or "stopped (terminated (SIGTERM)" in err, err  # not "Ctrl-C": it was a SIGTERM
+
+
+def test_a_plain_script_that_fails_says_why_and_its_stderr_still_passes(server: str, tmp_path: Path) -> None:
+    """No stepwatch in the script, so nobody reports its exception: the runner reads it from the stderr it passes."""
+    script = tmp_path / "tour.py"
+    script.write_text("import sys\nprint('epoch 1', file=sys.stderr)\nimport torch_is_not_installed_here\n")
+    done = stepwatch_run(server, "--", sys.executable, str(script))
+    assert done.returncode == 1
+    assert "epoch 1\nTraceback (most recent call last):" in done.stderr  # passed through unchanged
+    reason = "ModuleNotFoundError: No module named 'torch_is_not_installed_here'"
+    found = job(server, "tour")
+    assert (found["state"], found["reason"], found["exit_code"]) == ("failed", reason, 1)
+    assert done.stderr.rstrip().endswith(f"stepwatch: job default/tour failed ({reason})")
+
+
+def test_a_failing_command_without_words_keeps_its_exit_code(server: str) -> None:
+    done = stepwatch_run(server, "--name", "mute", "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert done.returncode == 3
+    assert job(server, "mute")["reason"] == "exit code 3"
+
+
+@pytest.mark.slow
+def test_a_torchrun_rank_that_raises_is_named_with_its_exception(server: str, tmp_path: Path) -> None:
+    """A real 2-process torchrun job (gloo, CPU): rank 0 raises, rank 1 then fails in its all_reduce."""
+    pytest.importorskip("torch")
+    script = tmp_path / "ddp_oom.py"
+    script.write_text(
+        "import time\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "import stepwatch\n"
+        "dist.init_process_group('gloo')\n"
+        "run = stepwatch.init(total_steps=100)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "for step in range(30):\n"
+        "    loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    for p in model.parameters():\n"
+        "        dist.all_reduce(p.grad)\n"
+        "    run.step(loss=loss.item())\n"
+        "    time.sleep(0.05)\n"
+        "    if dist.get_rank() == 0 and step == 10:\n"
+        "        raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+    )
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    done = stepwatch_run(server, "--name", "ddp", "--", *torchrun, str(script), timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    reason = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (rank 0)"
+    found = job(server, "ddp")
+    assert (found["state"], found["reason"]) == ("failed", reason), done.stderr[-3000:]
+    described = subprocess.run(
+        [sys.executable, "-m", "stepwatch", "describe", "ddp", "--server", server],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert reason in described.stdout

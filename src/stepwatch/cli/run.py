@@ -6,8 +6,14 @@ auto-instrumentation hook that gives framework trainers stepwatch's callback), s
 (``torchrun`` and its workers included), passes its output through unchanged, forwards Ctrl-C and
 SIGTERM (a job still there ``--kill-after`` seconds after a SIGTERM is killed: the runner never waits
 without limit), enforces ``stepwatch stop`` (the job gets a grace period to checkpoint and stop by itself,
-then its group is terminated, then killed), and records how it ended: finished, failed (with the
-exit code or signal) or stopped. Its own exit code is the command's.
+then its group is terminated, then killed), and records how it ended: finished, failed or stopped. Its
+own exit code is the command's.
+
+A failed job's reason says why it failed, not only its exit code: the exception the job's report core
+sent with its ``failed`` state (under ``torchrun``, the first rank's, named: "RuntimeError: CUDA out of
+memory ... (rank 0)"), else the exception line (or the last line) the command wrote on stderr — which the
+runner passes through unchanged, on a pseudo-terminal when its own stderr is one, keeping only its last
+lines (see :mod:`._crash`).
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..protocol import sanitize_name
+from ..protocol import LIMITS, sanitize_name
 from . import _background as background
+from ._crash import Witness
 from ._format import add_token_flag
 from .policy import add_policy_flags, policy_from_args
 
@@ -143,13 +150,19 @@ def run(args: argparse.Namespace) -> int:
         # started in the background (nohup, `&` without job control): the command would inherit Ctrl-C
         # ignored, and the interrupt this runner forwards (stop, Ctrl-C) would never reach it
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    witness = Witness()
+    stderr = witness.child_stderr()
     try:
-        process = subprocess.Popen(command, env=env, start_new_session=True)
+        process = subprocess.Popen(command, env=env, start_new_session=True, stderr=stderr)
     except OSError as exc:
+        os.close(stderr)
         print(f"stepwatch run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         _record(client, name, namespace, token, "failed", None, f"could not start: {exc.strerror or exc}")
         return 127
-    supervisor = _Supervisor(process, client, name, namespace, token, args.grace, kill_after=args.kill_after)
+    witness.started(stderr)
+    supervisor = _Supervisor(
+        process, client, name, namespace, token, args.grace, kill_after=args.kill_after, witness=witness
+    )
     return supervisor.supervise()
 
 
@@ -185,8 +198,13 @@ class _Supervisor:
         grace: float,
         *,
         kill_after: float = 10.0,
+        witness: Witness | None = None,
     ):
         self.process = process
+        self.witness = witness
+        """Keeps the last of the command's stderr (``None``: its stderr is not ours to read)."""
+        self.reported_failures: list[str] = []
+        """The reasons the job's ranks sent with a ``failed`` state, first first (seen among its events)."""
         self.client = client
         self.name = name
         self.namespace = namespace
@@ -215,9 +233,11 @@ class _Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self.witness is not None:
+                self.witness.finish()
         state, reason = self._outcome(code)
         if state == "failed" and code > 0:  # what the job said as it failed (its exception) beats an exit code
-            reason = self._reported_failure() or reason
+            reason = self._crash_reason() or reason
         recorded = _record(self.client, self.name, self.namespace, self.token, state, code, reason)
         if recorded is not None:  # what every reader shows: a stop asked for that the job outran is stopped
             state, reason = recorded.state, recorded.reason
@@ -240,14 +260,32 @@ class _Supervisor:
             return "failed", f"killed by {signal.Signals(-code).name}"
         return "failed", f"exit code {code}"
 
-    def _reported_failure(self) -> str | None:
-        """The reason the job itself reported with its ``failed`` state (its exception's last line), if any."""
+    def _crash_reason(self) -> str:
+        """Why the job failed, in one line: the first exception its ranks reported (named by rank when the
+        stderr shows which), else what its stderr said last; empty when neither says anything."""
         try:
-            events = self.client.events(self.name, self.namespace, after=self.last_event, limit=1000)
-        except Exception:
-            return None
-        reasons = [e.message for e in events if e.kind == "failed"]
-        return next((r for r in reversed(reasons) if r), None)
+            self._read_events()
+        except Exception:  # the server is gone: the stderr still says why
+            pass
+        witness = self.witness
+        if self.reported_failures:
+            reason = self.reported_failures[0]
+            rank = witness.rank_of(reason) if witness is not None else None
+            if rank is not None:
+                reason = f"{reason} (rank {rank})"
+        else:
+            reason = witness.reason() if witness is not None else ""
+        limit = LIMITS.max_reason_length
+        return reason if len(reason) <= limit else reason[: limit - 1] + "…"
+
+    def _read_events(self) -> list[Any]:
+        """The job's events since the last read (the pending ones, noting any failure a rank reported)."""
+        events = self.client.events(self.name, self.namespace, after=self.last_event, limit=1000)
+        for event in events:
+            self.last_event = max(self.last_event, event.id or 0)
+            if event.kind == "failed" and event.message and not event.data.get("exit_code"):
+                self.reported_failures.append(event.message)
+        return list(events)
 
     def _forward(self, signum: int, frame: Any) -> None:
         self.interrupts += 1
@@ -264,14 +302,13 @@ class _Supervisor:
         if self.stop_reason is not None:
             return
         try:
-            events = self.client.events(self.name, self.namespace, after=self.last_event, limit=1000)
+            events = self._read_events()
         except Exception as exc:  # the server may be gone: the job goes on
             if not self.server_warned:
                 self.server_warned = True
                 print(f"stepwatch: the server does not answer ({exc}); the job goes on", file=sys.stderr)
             return
         for event in events:
-            self.last_event = max(self.last_event, event.id or 0)
             data = event.data
             if event.kind == "command" and data.get("kind") == "stop":
                 self.stop_reason = data.get("reason") or "stop requested"
