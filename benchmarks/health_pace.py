@@ -212,6 +212,157 @@ def plateau_job(
     return None
 
 
+SAVE_EVERY_S = 1800.0
+"""A job of ``where_job`` saves a checkpoint every 30 minutes..."""
+SAVE_S = 300.0
+"""...that lasts 5 minutes."""
+
+
+def _where_steps(rng: np.random.Generator, n: int, save_s: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Ends of ``n`` heavy-tailed 10 s steps from t = 1000 with a save of ``save_s`` after the first step
+    that ends past each 30 min mark; the saves as ``(start, end)``."""
+    times = _step_times(rng, 10.0, n)
+    ends = np.empty(n)
+    saves: list[tuple[float, float]] = []
+    t, mark = 1000.0, 1000.0 + SAVE_EVERY_S
+    for i, dt in enumerate(times):
+        t += float(dt)
+        if t >= mark:
+            saves.append((t, t + save_s))
+            t += save_s
+            mark += SAVE_EVERY_S
+        ends[i] = t
+    return ends, saves
+
+
+def where_job(
+    module: ModuleType,
+    seed: int,
+    *,
+    ranks: int,
+    hang: bool,
+    sampling: bool,
+    save_s: float = SAVE_S,
+    minutes: float = 90.0,
+) -> dict[str, Any]:
+    """Issue 29's heavy-tailed job: 10 s steps (sigma 0.3, 2 % of them 3x slower) and a save of ``save_s``
+    every 30 min, ``ranks`` ranks in synchronous data parallelism (rank 0 reports every 2 s, the others
+    heartbeat every 10 s); with ``hang`` the last rank (rank 0 alone) blocks in its own code at a random
+    time and the others wait for it in ``all_reduce``. With ``sampling`` the report core reads where each
+    rank stands (``Report.where`` once its step has stood 3x its median step time, every report then, and
+    its activity shares every report: a standing rank also reports every 2 s); without, the reports are
+    main's (and the tracker keeps main's rules). The first ``stalled`` verdict: a false alarm, a hang
+    flagged early (before it began) or its delay from the rank's last step."""
+    rng = np.random.default_rng(seed)
+    duration = minutes * 60.0
+    n = int(duration / 10.0) + 10
+    ends, saves = _where_steps(rng, n, save_s)
+    hang_t = 1000.0 + float(rng.uniform(600, 1500)) if hang else math.inf
+    stop_step = int(np.searchsorted(ends, hang_t))
+    last_step_t = float(ends[stop_step - 1]) if hang and stop_step else math.inf
+    hung = ranks - 1
+    tracker = module.HealthTracker()
+    reads = sampling and hasattr(tracker, "observe_where")
+    end_t = min(1000.0 + duration, float(ends[-1])) if not hang else 1000.0 + duration
+    events: list[tuple[float, str]] = []
+    t = 1000.0
+    while t < end_t:
+        t += INTERVAL * float(rng.uniform(0.9, 1.1))
+        events.append((t, "r0"))
+    for r in range(1, ranks):
+        events += [(1000.0 + r * 2.5 + k * INTERVAL, f"r{r}") for k in range(int(duration / INTERVAL))]
+    events += [(1000.0 + k * SWEEP, "sweep") for k in range(int(duration / SWEEP))]
+    events.sort()
+    heard: dict[int, float] = {}
+    for t, who in events:
+        if t > end_t:
+            break
+        done = int(np.searchsorted(ends, t))
+        if hang and t >= hang_t:
+            done = min(done, stop_step)
+        began = float(ends[done - 1]) if done else 1000.0
+        stood = t - began
+        if who != "sweep":
+            rank = int(who[1:])
+            standing = reads and stood > 30.0  # 3 x the median step time
+            if rank and t - heard.get(rank, -math.inf) < HEARTBEAT and not standing:
+                continue  # ranks other than 0 heartbeat every 10 s (promptly while they stand)
+            heard[rank] = t
+            tracker.observe_progress(t, rank, done, n)
+            if reads:
+                tracker.observe_shares(rank, {"computing": 0.95, "loading_data": 0.05})
+                if standing:
+                    activity, detail, frames = "computing", "torch.autograd.backward", ["train_step (train.py:40)"]
+                    if hang and t >= hang_t:
+                        if rank == hung:
+                            activity, detail, frames = (
+                                "waiting",
+                                "threading.Lock.acquire",
+                                ["wait_for_lock (train.py:31)"],
+                            )
+                        else:
+                            activity, detail, frames = "communicating", "torch.distributed.all_reduce", []
+                    elif any(a <= t < b for a, b in saves):
+                        activity, detail, frames = "checkpointing", "torch.save", ["save (train.py:60)"]
+                    tracker.observe_where(t, rank, done, activity, stood, detail, frames)
+        verdict = tracker.verdict(t)
+        if verdict.state == "stalled":
+            if not hang or t < hang_t:
+                return {"false": True, "early": hang, "delay": None}
+            return {
+                "false": False,
+                "delay": t - last_step_t,
+                "named": verdict.evidence.get("rank") == hung,
+                "p99": float(np.quantile(np.diff(np.concatenate([[1000.0], ends[:stop_step]])), 0.99)),
+                "message": verdict.evidence.get("message", ""),
+            }
+    return {"false": False, "delay": None, "named": False}
+
+
+def where_rows(before: ModuleType, rev: str, seeds: range) -> None:
+    """Issue 29's targets: main's rules (the tracker of ``rev``, main's reports) against this tree's
+    with main's reports (no where: its rules must be main's) and with where, on the same jobs."""
+    columns = (("main", before, False), ("now, no where", now_health, False), ("now, where", now_health, True))
+    print(f"where each rank stands (issue 29): main = the tracker of {rev}; {len(seeds)} seeds per row, 1 and 4 ranks")
+    print("\nhealthy: 90 min of 10 s steps (2 % of them 3x slower), a 5 min save every 30 min: jobs flagged stalled")
+    for label, module, sampling in columns:
+        flagged = sum(
+            where_job(module, 5000 + s, ranks=ranks, hang=False, sampling=sampling)["false"]
+            for s in seeds
+            for ranks in (1, 4)
+        )
+        print(f"  {label:16} {flagged}/{2 * len(seeds)}")
+    print(f"\n{'hang in its own code (delay from the last step)':48} {'found':>7} {'median':>8} {'worst':>8}", end="")
+    print(f" {'in time':>8} {'early':>6}  named")
+    for ranks in (1, 4):
+        for label, module, sampling in columns:
+            outs = [where_job(module, 6000 + s, ranks=ranks, hang=True, sampling=sampling) for s in seeds]
+            delays = [o["delay"] for o in outs]
+            found = [d for d in delays if d is not None]
+            in_time = sum(1 for o in outs if o["delay"] is not None and o["delay"] <= max(45.0, 3 * o["p99"]))
+            early = sum(1 for o in outs if o.get("early"))
+            named = sum(1 for o in outs if o.get("named"))
+            med = statistics.median(found) if found else math.nan
+            worst = max(found) if found else math.nan
+            print(
+                f"{f'{ranks} rank(s), {label}':48} {len(found):3d}/{len(outs):<3d} {med:8.1f} {worst:8.1f}",
+                f"{in_time:4d}/{len(outs):<3d} {early:6d}  {named}/{len(outs)}",
+            )
+    example = where_job(now_health, 6000, ranks=4, hang=True, sampling=True).get("message")
+    print(f"  e.g. {example}")
+    print("\nsaves of 10, 20 and 30 min (every 30 min of 10 s steps, 2 h): jobs flagged stalled")
+    for save in (600.0, 1200.0, 1800.0):
+        cells = []
+        for label, module, sampling in columns:
+            flagged = sum(
+                where_job(module, 7000 + s, ranks=1, hang=False, sampling=sampling, save_s=save, minutes=120)["false"]
+                for s in seeds
+            )
+            cells.append(f"{label} {flagged}/{len(seeds)}")
+        print(f"  {save / 60:g} min saves: " + ", ".join(cells))
+    print()
+
+
 def _row(label: str, values: list[float | None], target: float | None = None) -> str:
     found = [v for v in values if v is not None]
     med = statistics.median(found) if found else math.nan
@@ -250,11 +401,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plateau-before", default="bb17486", help="the commit whose tracker is 'before' in the plateau rows"
     )
-    parser.add_argument("--only", choices=("all", "stalls", "plateaus"), default="all", help="which rows to run")
+    parser.add_argument(
+        "--only", choices=("all", "stalls", "plateaus", "where"), default="all", help="which rows to run"
+    )
+    parser.add_argument("--where-before", default="30b50a2", help="main's commit for the where rows (issue 29)")
     parser.add_argument("--params", default="", help='health knobs for the plateau rows\' "now", as JSON')
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    if args.only != "stalls":
+    if args.only in ("all", "where"):
+        where_rows(load_before(args.where_before), args.where_before, range(args.jobs))
+    if args.only == "where":
+        print(f"\n(ran in {time.perf_counter() - started:.1f} s)")
+        return 0
+    if args.only not in ("stalls", "where"):
         knobs = json.loads(args.params) if args.params else None
         plateau_rows(load_before(args.plateau_before), args.plateau_before, range(args.jobs), knobs)
     if args.only == "plateaus":

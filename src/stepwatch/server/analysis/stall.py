@@ -16,8 +16,8 @@ evaluation each rank finished), and says how long each standing rank may stand:
 - **busy** (``computing``, every rank in a collective, or no reading yet): a slow step is no stall; only
   ``max(busy_floor_s, busy_steps x p99 step time)``.
 
-The p99 is learnt from the tail of up to ``tail_memory`` step times (the nearest-rank quantile: with
-fewer than 100 it is the longest seen), never from the first few alone.
+The p99 is learnt from the tail of up to ``tail_memory`` step times (interpolated between the nearest
+ranks: with fewer than 100 it lies between the two longest), never from the first few alone.
 
 A rank that has never sent a reading nor shares cannot be read (an upstream Kubeflow client, an old
 report core): :meth:`RankPlaces.sampling` is false and the tracker keeps its earlier rules for it.
@@ -239,12 +239,15 @@ class RankPlaces:
         return None if place is None else place.shares
 
     def p99(self, rank: int) -> float | None:
-        """The rank's p99 step time (nearest rank: the longest seen while fewer than 100 are known)."""
+        """The rank's p99 step time, interpolated between the two nearest ranks (as numpy's quantile)."""
         place = self._places.get(rank)
         if place is None or not place.tail:
             return None
         ordered = sorted(place.tail)
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(0.99 * len(ordered)) - 1))]
+        at = 0.99 * (len(ordered) - 1)  # interpolated, as numpy's default: with fewer than 100 step times
+        low = math.floor(at)  # the longest alone would make one freak step the whole allowance
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
     def longest_patient(self, rank: int) -> float:
         """The longest save or evaluation the rank finished (seconds; 0 when none)."""
