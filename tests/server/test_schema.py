@@ -1,7 +1,8 @@
 """The schema declared once (``store/schema.py``) with one numbering of versions (``store/migrations.py``):
 a database of either store upgraded from any version it ever had has exactly the schema a new one has,
 as the database itself describes it (columns in order with their types, nulls and defaults, keys,
-constraints, indexes); each store's newest old version is recognised as current and left as it is."""
+constraints, indexes); each store's newest old version gets only what came after it; a current one is
+left as it is."""
 
 from __future__ import annotations
 
@@ -44,19 +45,21 @@ def test_a_database_upgraded_from_any_version_has_the_schema_of_a_new_one(
         assert upgraded[table] == created[table], table
 
 
-def test_the_newest_version_of_each_store_is_current_and_left_as_it_is(
+def test_the_newest_version_of_each_store_is_upgraded_to_the_current_one(
     databases: tuple[OldDatabase, OldDatabase],
 ) -> None:
-    """SQLite's 8 is the shared 8; PostgreSQL's 5 holds all of the shared 8: nothing runs, its number stays
-    (an older stepwatch can still open it)."""
+    """SQLite's 8 is the shared 8; PostgreSQL's 5 holds all of the shared 8: each runs only what came
+    after 8 (9: the metric means) and then says it is current."""
     old, new = databases
     old.migrate_to(newest(old.backend))
-    before = old.describe()
+    assert (postgres_version(old.version()) if old.backend == "postgres" else old.version()) == 8
     old.open().close()
-    assert old.describe() == before and old.version() == newest(old.backend)
-    assert (postgres_version(old.version()) if old.backend == "postgres" else old.version()) == SCHEMA_VERSION
+    assert old.version() == SCHEMA_VERSION
     new.open().close()
-    assert new.version() == SCHEMA_VERSION and new.describe() == before
+    assert new.version() == SCHEMA_VERSION and new.describe() == old.describe()
+    before = old.describe()
+    old.open().close()  # a current database is left as it is
+    assert old.describe() == before and old.version() == SCHEMA_VERSION
 
 
 def test_each_migration_is_declared_once_in_one_numbering() -> None:
@@ -69,5 +72,5 @@ def test_each_migration_is_declared_once_in_one_numbering() -> None:
         assert [v for v, _ in plan(dialect, 3)] == list(range(4, SCHEMA_VERSION + 1))
         assert plan(dialect, 0) == [(SCHEMA_VERSION, list(schema.create_statements(dialect)))]
     # PostgreSQL's own numbers map to the shared version each holds all of; later numbers are shared ones
-    assert sorted(POSTGRES_BEFORE) == list(range(1, 6)) and POSTGRES_BEFORE[5] == SCHEMA_VERSION
+    assert sorted(POSTGRES_BEFORE) == list(range(1, 6)) and POSTGRES_BEFORE[5] == 8  # the last before sharing
     assert postgres_version(SCHEMA_VERSION + 1) == SCHEMA_VERSION + 1

@@ -100,6 +100,10 @@ class Job:
     params: dict[str, Any] = field(default_factory=dict)
     last_metrics: dict[str, float] = field(default_factory=dict)
     """The last value of every metric (``loss``, ``eval_auc``...)."""
+    metric_means: dict[str, float] = field(default_factory=dict)
+    """The mean of every metric over its latest window (same keys as :attr:`last_metrics`): the value a
+    list shows, steadier than the last batch; a window with no finite value gives its last (NaN or
+    ±Inf). Empty for a job last written before schema version 9 (readers then show the last value)."""
     nonfinite_total: int = 0
     eta_seconds: float | None = None
     """Seconds left at ``eta_at``, from the robust recent rate (see ``analysis.eta``)."""

@@ -68,9 +68,15 @@ def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[st
         updates["params"] = {**job.params, **report.params}
     if report.metrics and (newest or any(w.name not in job.last_metrics for w in report.metrics)):
         values = {w.name: w.last for w in report.metrics}
+        means = {w.name: w.last if w.mean is None else w.mean for w in report.metrics}
         # a late report is history, not the latest values; the names it brings count all the same (the
         # latest values hold every name a job has: the limit on names is counted from them)
-        updates["last_metrics"] = {**job.last_metrics, **values} if newest else {**values, **job.last_metrics}
+        if newest:
+            updates["last_metrics"] = {**job.last_metrics, **values}
+            updates["metric_means"] = {**job.metric_means, **means}
+        else:
+            updates["last_metrics"] = {**values, **job.last_metrics}
+            updates["metric_means"] = {**means, **job.metric_means}
     if report.metrics:
         updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
     return updates, sample
@@ -125,6 +131,7 @@ def upstream_status(job: Job, status: TrainerStatus, now: float) -> UpstreamStat
         "reported_progress": status.progress_percentage,
         "reported_eta": status.estimated_remaining_seconds,
         "last_metrics": {**job.last_metrics, **values},
+        "metric_means": {**job.metric_means, **values},  # a window of one value: its mean is the value
         "nonfinite_total": job.nonfinite_total + sum(w.nonfinite for w in windows),
         "source": "kubeflow",
         "trainer_status": status.to_body()["trainerStatus"],

@@ -52,6 +52,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "one process serves a SQLite file: its write log had no reader left (it held no user data)",
         only={"sqlite": ("DROP TABLE IF EXISTS write_log",)},
     ),
+    Migration(9, "the mean of every metric's latest window, beside its last value (a list's steadier loss)"),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

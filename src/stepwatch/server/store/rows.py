@@ -1,6 +1,6 @@
 """How stored rows become records, the same for both stores: the job columns, JSON and float cells.
 
-Both schemas keep a job's dicts as JSON text (``last_metrics`` with non-finite values as strings,
+Both schemas keep a job's dicts as JSON text (``last_metrics`` and ``metric_means`` with non-finite values as strings,
 which JSON has no numbers for) and a window's ``last`` as a float where ``NaN`` is not ``NULL``:
 SQLite turns a NaN into ``NULL``, so it is stored there as the text ``'NaN'``, which PostgreSQL's
 ``double precision`` reads back as its own NaN.
@@ -22,7 +22,7 @@ JOB_COLUMNS = (
     "step, total_steps, epoch, total_epochs, samples, steps_per_second, samples_per_second, reported_eta, "
     "reported_progress, reason, exit_code, source, gpus, gpu_hour_cost, world_size, params, last_metrics, "
     "nonfinite_total, eta_seconds, eta_rate, eta_at, health, health_since, health_evidence, policy, policy_fired, "
-    "gpu_type, trainer_status, health_history"
+    "gpu_type, trainer_status, health_history, metric_means"
 )
 
 
@@ -78,6 +78,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         gpu_type,
         trainer_status,
         health_history,
+        metric_means,
     ) = row
     return Job(
         id=job_id,
@@ -119,6 +120,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         gpu_type=gpu_type,
         trainer_status=None if trainer_status is None else json.loads(trainer_status),
         health_history=json.loads(health_history),
+        metric_means={k: decode_float(v, k) for k, v in json.loads(metric_means).items()},
     )
 
 
@@ -126,7 +128,7 @@ def column_value(name: str, value: Any) -> Any:
     """A job field as its column stores it (the dicts are JSON; non-finite metrics as strings)."""
     if name == "params":
         return json.dumps(value)
-    if name == "last_metrics":
+    if name in ("last_metrics", "metric_means"):
         return json.dumps({k: encode_float(v) for k, v in value.items()})
     if name in ("health_evidence", "policy", "policy_fired", "health_history"):
         return json.dumps(value, default=str)

@@ -169,6 +169,7 @@ TABLES: tuple[Table, ...] = (
             Column("gpu_type", TEXT, default="", since=3),
             Column("trainer_status", JSON, null=True, since=6),
             Column("health_history", JSON, default="[]", since=7),
+            Column("metric_means", JSON, default="{}", since=9),
         ),
         unique=("namespace", "name", "attempt"),
     ),
