@@ -444,3 +444,22 @@ def test_a_torchrun_rank_that_raises_is_named_with_its_exception(server: str, tm
         timeout=60,
     )
     assert reason in described.stdout
+
+
+def test_policy_set_adds_to_what_was_set_at_start_and_shows_it(server: str) -> None:
+    """`stepwatch policy set` merges: the triggers, budget and deadline given to `stepwatch run` stay."""
+    done = stepwatch_run(
+        server, "--name", "keep", "--on", "not_learning=checkpoint_stop", "--on", "diverging=stop",
+        "--budget", "250", "--deadline", "2030-01-01T00:00:00Z", "--gpus", "1", "--gpu-hour-cost", "2",
+        "--", sys.executable, "-c", "pass",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cli = [sys.executable, "-m", "stepwatch", "policy", "set", "keep", "--server", server]
+    added = subprocess.run([*cli, "--on", "stalled=notify"], capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stderr
+    for line in ("on not_learning   checkpoint_stop", "on diverging      stop", "on stalled        notify"):
+        assert line in added.stdout
+    assert "budget            250.0" in added.stdout and "deadline          2030-01-01 00:00:00 UTC" in added.stdout
+    replaced = subprocess.run([*cli, "--replace", "--budget", "9"], capture_output=True, text=True, timeout=60)
+    assert replaced.returncode == 0, replaced.stderr
+    assert 'policy of default/keep: {"budget": 9.0}' in replaced.stdout and "on diverging" not in replaced.stdout

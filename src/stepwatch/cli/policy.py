@@ -3,7 +3,9 @@
 stepwatch policy get                         # the namespace's policy over the server's
 stepwatch policy get train                   # a job's: its layer, the effective policy, what it did
 stepwatch policy set --on diverging=stop --on not_learning=checkpoint_stop -n nlp
-stepwatch policy set train --budget 250 --deadline +12h
+stepwatch policy set train --budget 250 --deadline +12h   # added to what stands
+stepwatch policy set train --on stalled=none              # switch one trigger off
+stepwatch policy set train --replace --on diverging=stop  # this layer instead of the one that stands
 stepwatch policy set -n nlp --clear
 stepwatch run --on not_learning=checkpoint_stop --budget 100 -- python train.py
 """
@@ -134,10 +136,19 @@ def register(commands: Any) -> None:
     get.add_argument("name", nargs="?", metavar="NAME", help="the job (default: the namespace)")
     add_server_flags(get)
     get.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    put = actions.add_parser("set", help="replace a job's policy layer, or the namespace's without NAME")
+    put = actions.add_parser(
+        "set",
+        help="add to a job's policy layer, or the namespace's without NAME (what is not named stays)",
+        description="Merge into the layer that stands: each flag given replaces that setting (trigger by trigger "
+        "for --on; --on TRIGGER=none switches one off), what is not named stays. --replace sets this layer "
+        "instead of the one that stands; --clear removes it. The answer is the policy now in force.",
+    )
     put.add_argument("name", nargs="?", metavar="NAME", help="the job (default: the namespace)")
     add_server_flags(put)
     add_policy_flags(put)
+    put.add_argument(
+        "--replace", action="store_true", help="set this layer instead of the one that stands (not merged into it)"
+    )
     put.add_argument("--clear", action="store_true", help="remove the layer (what is under it applies)")
     parser.set_defaults(run=run)
 
@@ -162,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
                 if layer is None:
                     print("stepwatch policy set: say what to set (--on, --budget, ...) or --clear", file=sys.stderr)
                     return 2
+                if args.replace and layer:
+                    layer = {"replace": True, **layer}  # the server merges unless told (docs/policies.md)
                 found = dict(client.set_policy(args.name, layer, args.namespace).raw)
         except NotFound:
             print(f"stepwatch policy: no {what} at {url}", file=sys.stderr)

@@ -19,10 +19,17 @@ its namespace's, which wins over the server's, key by key (and trigger by trigge
     }
 
 An action of ``"none"`` switches off what a lower layer set.
+
+Setting a layer that stands (``PUT .../policy``, ``stepwatch policy set``) merges into it, as a JSON
+merge patch (RFC 7396) would: each key given replaces that key (trigger by trigger under ``on``; a
+``notify`` list replaces the list), ``null`` removes a key, and what is not named stays — see
+:func:`merge_layer`. A replace, only when asked (``"replace": true`` in the body, or ``?replace=true``),
+puts the layer given in place of the one that stands; ``{}`` alone clears the layer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +44,7 @@ __all__ = [
     "TRIGGERS",
     "Policy",
     "PolicyError",
+    "merge_layer",
     "parse_policy",
 ]
 
@@ -242,3 +250,29 @@ def parse_policy(data: object) -> Policy:
 
 def _first(value: Any, fallback: Any) -> Any:
     return value if value is not None else fallback
+
+
+def merge_layer(stands: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch`` laid into the layer that ``stands`` (both JSON objects), as a JSON merge patch: a key given
+    replaces that key (trigger by trigger under ``on``), ``null`` removes it, a key not named stays.
+
+    Neither is validated here: check ``patch`` with :func:`parse_policy` first (it reads ``null`` as not
+    given), then the result (a layer that was valid stays valid: each key is checked on its own)."""
+    merged = dict(stands or {})
+    for key, value in patch.items():
+        if key == "on" and isinstance(value, Mapping):
+            on = dict(merged.get("on") or {})
+            for trigger, action in value.items():
+                if action is None:
+                    on.pop(trigger, None)
+                else:
+                    on[trigger] = action
+            if on:
+                merged["on"] = on
+            else:
+                merged.pop("on", None)
+        elif value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged

@@ -1,4 +1,10 @@
-"""Policies through the API: a namespace's layer and a job's layer, each with the effective policy."""
+"""Policies through the API: a namespace's layer and a job's layer, each with the effective policy.
+
+``PUT`` merges the body into the layer that stands (see :func:`~stepwatch.server.policies.model.merge_layer`:
+a key given replaces that key, trigger by trigger under ``on``; ``null`` removes one); it replaces the
+layer only when asked, by ``"replace": true`` in the body or ``?replace=true``; ``{}`` alone clears it.
+Every answer carries the layer and the effective policy now in force.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from ...ingest.publish import publish_events
 from ...ingest.service import review
 from ...policies import Policy, PolicyError, parse_policy
 from ...policies.enforce import checkpoint_advice
+from ...policies.model import merge_layer
 from ...services import Services, blocking
 from ...store import Job
 from ..errors import ApiError
@@ -30,6 +37,32 @@ async def read_policy(svc: Services, data: Any, prefix: str = "") -> Policy:
         return policy
     except PolicyError as exc:
         raise ApiError(422, f"{prefix}{exc}", f"{prefix}{exc.field}") from None
+
+
+_REPLACE = "replace"
+"""The body key (and query parameter) that asks a ``PUT`` to replace the layer rather than merge into it."""
+
+
+async def read_layer(svc: Services, request: Request, stands: dict[str, Any] | None) -> Policy:
+    """The layer a ``PUT`` leaves: its body merged into the layer that ``stands``, or in its place when asked
+    (``"replace": true`` in the body, ``?replace=true``) or when the body is ``{}``; 422 naming the field."""
+    data = await read_json(request)
+    replace = _flag(request.query_params.get(_REPLACE), f"?{_REPLACE}")
+    if isinstance(data, dict) and _REPLACE in data:
+        data = dict(data)
+        replace = _flag(data.pop(_REPLACE), _REPLACE) or replace
+    said = await read_policy(svc, data)  # the body checked as the user wrote it: errors name its fields
+    if replace or not data:
+        return said
+    return await read_policy(svc, merge_layer(stands, data))
+
+
+def _flag(value: object, where: str) -> bool:
+    if value is None or value is False or value in ("", "false", "0"):
+        return False
+    if value is True or value in ("true", "1"):
+        return True
+    raise ApiError(422, f"{where}: must be true or false, got {value!r}", where.lstrip("?"))
 
 
 def policy_view(svc: Services, job: Job) -> dict[str, Any]:
@@ -54,11 +87,13 @@ async def get_namespace_policy(request: Request) -> JSONResponse:
 
 
 async def put_namespace_policy(request: Request) -> JSONResponse:
-    """``PUT /api/v1/namespaces/{namespace}/policy``: replace the namespace's layer (``{}`` clears it)."""
+    """``PUT /api/v1/namespaces/{namespace}/policy``: merge into the namespace's layer (replace when asked;
+    ``{}`` clears it)."""
     svc = services(request)
     identity = await require(request, "editor", request.path_params["namespace"])
     namespace = check_name(request.path_params["namespace"], "namespace")
-    policy = await read_policy(svc, await read_json(request))
+    stands = svc.policies.book.namespace(namespace)
+    policy = await read_layer(svc, request, stands.to_dict() if stands is not None else None)
     stored = policy.to_dict() or None
     await blocking(svc.store.set_namespace_policy, namespace, stored, svc.clock(), identity.who)
     svc.policies.book.set_namespace(namespace, policy if stored else None)
@@ -74,11 +109,12 @@ async def get_job_policy(request: Request) -> JSONResponse:
 
 
 async def put_job_policy(request: Request) -> JSONResponse:
-    """``PUT .../jobs/{name}/policy``: replace the job's layer; it applies at once."""
+    """``PUT .../jobs/{name}/policy``: merge into the job's layer (replace when asked; ``{}`` clears it); it
+    applies at once."""
     svc = services(request)
     identity = await require(request, "editor", request.path_params["namespace"])
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
-    policy = await read_policy(svc, await read_json(request))
+    policy = await read_layer(svc, request, job.policy)
     now = svc.clock()
     said = policy.to_dict()
     message = "policy set: " + (", ".join(f"{k} {v}" for k, v in policy.on.items()) or "no actions")
