@@ -456,3 +456,102 @@ def test_describe_shows_a_job_in_full(server: str, ns: str, capsys: pytest.Captu
     run.finish()
     code, _, err = _run_cli(capsys, "describe", "nope", "--server", server, "-n", ns)
     assert code == 3 and "stepwatch jobs -A" in err
+
+
+# ------------------------------------------------------------------------------ terminal width
+
+
+def _long_views() -> list[dict[str, Any]]:
+    """Views whose cells are as long as they get: a stopped job that ended short, a long name, big money."""
+    base = {"attempt": 1, "times": {"created": time.time() - 4000}, "resources": {"gpus": 8}}
+    return [
+        {**base, "namespace": "fraud-team", "name": "fraud-detector-xl-sweep-17", "state": "stopped",
+         "health": {"state": "not_learning"}, "progress": {"percent": 68.5, "step": 6857, "total_steps": 10000,
+         "epoch": 2.05, "total_epochs": 3}, "eta": {"remaining_seconds": None},
+         "metrics": {"loss": 1.234e-05}, "metric_means": {"loss": 1.5e-05},
+         "cost": {"spent": 12345.67, "rate_per_hour": None}},
+        {**base, "namespace": "default", "name": "bert", "state": "running", "health": {"state": "stalled", "since": time.time() - 100},
+         "progress": {"percent": 9.9, "step": 996, "total_steps": 10000, "steps_per_second": None},
+         "eta": {"remaining_seconds": 3725.0}, "metrics": {"loss": 0.5}, "cost": {"spent": 0.5, "rate_per_hour": 6.0}},
+    ]  # fmt: skip
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_jobs_fits_the_terminal_and_never_cuts_a_cell(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: at 80 columns every cell was cut ("STA…", "$0…"), at 120 "ended at 68.…". Now columns are
+    dropped whole, least needed first, on a terminal (rich) and piped alike."""
+    pytest.importorskip("rich")
+    monkeypatch.setenv("COLUMNS", str(width))
+    rows = [jobs_cli.job_row(v) for v in _long_views()]
+    whole = {_format._text(c) for row in rows for c in row}
+    for out in (_Tty(), io.StringIO()):
+        _format.print_table(jobs_cli.HEADERS, rows, out, priority=jobs_cli.PRIORITY)
+        text = out.getvalue()
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines()]
+        assert all(len(line) <= width for line in lines), lines
+        assert "…" not in text
+        headers = lines[0].split()
+        for column in ("NAME", "STATE", "PROGRESS%", "HEALTH", "ETA"):  # the most needed stay
+            assert column in headers, (width, lines[0])
+        assert "ended at 68.5%" in text and "not_learning" in text and "fraud-detector-xl-sweep-17" in text
+        cells = {cell for line in lines[1:] for cell in re.split(r" {3,}", line.strip())}
+        assert cells <= whole, cells - whole  # every cell shown is a whole cell
+    assert ("LOSS" in headers) == ("COST" in headers) == (width == 120)  # the long name leaves no room at 80
+
+
+def test_jobs_loss_is_the_window_mean_and_no_rate_reads_a_dash() -> None:
+    stopped, stalled = (jobs_cli.job_row(v, wide=True) for v in _long_views())
+    loss = jobs_cli.HEADERS.index("LOSS")
+    assert stopped[loss].text == "1.5e-05" and stalled[loss].text == "0.5"  # the mean, else the last value
+    rate = jobs_cli.WIDE_HEADERS.index("STEPS/S")
+    assert stopped[rate] == "—" and stalled[rate] == "—"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_watch_keeps_its_bar(width: int) -> None:
+    """Issue 30: at 80 columns ``watch`` lost its bar. The fields beside it go first, the bar stays."""
+    pytest.importorskip("rich")
+    from rich.console import Console
+
+    view = {**_long_views()[1], "name": "fraud-detector-xl-sweep-17"}
+    cells, before, after = watch_cli.bar_line(view, 3725.0, width, "default/fraud-detector-xl-sweep-17")
+    assert cells >= watch_cli.BAR_MIN and len(before) + bool(before) + cells + 1 + len(after) <= width
+    assert after.startswith("9.9% step 996/10000 ETA 1h02m")
+    out = _Tty()
+    bar = watch_cli._Bar(out, "default/bert")
+    bar._console = Console(file=out, width=width, force_terminal=True)
+    bar._live = type(bar._live)(console=bar._console, auto_refresh=False)
+    with bar:
+        bar.show(view, 3725.0)
+    drawn = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue())
+    assert drawn.count("━") >= watch_cli.BAR_MIN and "9.9%" in drawn and "…" not in drawn
+    assert "stalled since" in drawn or width < 120
+
+
+def test_a_hint_keeps_the_users_server_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STEPWATCH_NAMESPACE", raising=False)
+    monkeypatch.delenv("STEPWATCH_API_TOKEN", raising=False)
+    args = build_parser().parse_args(
+        ["stop", "bert", "-n", "vision", "--server", "http://gpu-box:8642", "--token", "t0k"]
+    )
+    assert _format.again(args, "watch", "bert") == (
+        "stepwatch watch bert -n vision --server http://gpu-box:8642 --token t0k"
+    )
+    monkeypatch.setenv("STEPWATCH_API_TOKEN", "t0k")  # from the environment: the pasted command has it too
+    assert _format.again(args, "watch", "my job") == "stepwatch watch 'my job' -n vision --server http://gpu-box:8642"
+    plain = build_parser().parse_args(["stop", "bert"])
+    assert _format.again(plain, "watch", "bert") == "stepwatch watch bert"
+
+
+def test_stop_hint_pastes(server: str, ns: str, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _start(server, ns, "paste", total_steps=100)
+    run.step(1, loss=1.0)
+    _reported(server, ns, "paste", 1)
+    code, out, _ = _run_cli(capsys, "stop", "paste", "-n", ns, "--server", server)
+    assert code == 0 and f"`stepwatch watch paste -n {ns} --server {server}` follows it" in out
+    run.finish()

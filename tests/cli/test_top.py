@@ -162,3 +162,33 @@ def test_top_at_80_columns_shows_eta_and_loss(server: str, ns: str) -> None:
 
     asyncio.run(main())
     run.finish()
+
+
+def test_the_job_screen_follows_the_job(server: str, ns: str) -> None:
+    """Issue 30: ``top``'s job pane showed the job as it was when opened. It now follows the live updates, and
+    an ended job reads no rate and no hourly cost ("—"), in the pane and in its row."""
+    run = start_job(server, ns, "follower", total_steps=100, gpus=2, gpu_hour_cost=3.0)
+    run.step(loss=0.5)
+    step_until(server, ns, "follower", 1)
+
+    async def main() -> None:
+        client = Client(server)
+        app = make_app(client, ns)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await _until(pilot, lambda: len(_rows(app)) == 1)
+            await pilot.press("enter")
+            await _until(pilot, lambda: type(app.screen).__name__ == "JobScreen")
+            assert "step      1 / 100" in app.screen.body
+            for _ in range(4):
+                run.step(loss=0.25)
+            await _until(pilot, lambda: "step      5 / 100" in app.screen.body)  # no key pressed
+            run.finish()
+            await _until(pilot, lambda: "finished" in app.screen.body and "— steps/s (ended)" in app.screen.body)
+            assert "— USD/h" in app.screen.body
+            await pilot.press("escape")
+            row = dict(zip(COLUMNS, _rows(app)[0]))
+            assert row["$/H"] == "—" and row["STATE"] == "finished"
+            await pilot.press("q")
+        client.close()
+
+    asyncio.run(main())

@@ -24,6 +24,7 @@ __all__ = [
     "Cell",
     "add_server_flags",
     "add_token_flag",
+    "again",
     "age",
     "clock_time",
     "duration",
@@ -471,6 +472,24 @@ def add_token_flag(parser: Any) -> None:
         default=None,
         help="API token, for a server with authentication on (default: $STEPWATCH_API_TOKEN; see docs/auth.md)",
     )
+
+
+def again(args: Any, command: str, *words: str) -> str:
+    """A command to paste after this one, with the user's own ``-n``, ``--server`` and ``--token`` (issue 30:
+    hints that dropped ``--server`` failed when pasted): ``stepwatch watch bert -n vision --server URL``.
+    A token is repeated only when it was typed on this command line (one from the environment is there for
+    the pasted command as well), so that no secret is shown that the user did not type."""
+    import shlex
+
+    parts = ["stepwatch", command, *words]
+    namespace = getattr(args, "namespace", None)
+    if namespace and namespace != (os.environ.get("STEPWATCH_NAMESPACE") or "default"):
+        parts += ["-n", namespace]
+    if getattr(args, "server", None):
+        parts += ["--server", args.server]
+    if getattr(args, "token", None) and args.token != os.environ.get("STEPWATCH_API_TOKEN"):
+        parts += ["--token", args.token]
+    return shlex.join(parts)
 
 
 def unreachable(url: str) -> str:

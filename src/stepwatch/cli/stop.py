@@ -10,7 +10,7 @@ from typing import Any
 
 from ..protocol import LIMITS
 from ._errors import NO_SUCH_JOB, no_such_job
-from ._format import add_server_flags, missing_client, unreachable
+from ._format import add_server_flags, again, missing_client, unreachable
 
 __all__ = ["default_reason", "register", "run"]
 
@@ -69,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"asked {who} to save a checkpoint, then stop{because}; command {command.id}")
     print(
         "it stops at its next step boundary, once its reporter reads the command with its next report; "
-        "`stepwatch watch " + (args.name if args.namespace == "default" else f"{args.name} -n {args.namespace}") + "` "
-        "follows it to the end"
+        f"`{again(args, 'watch', args.name)}` follows it to the end"
     )
     return 0
