@@ -53,6 +53,7 @@ from .health_params import DEFAULT_HEALTH_PARAMS, HealthParams
 from .plateau import PlateauDetector
 from .signals import EvalTrend, LearningRate, eval_direction
 from .stall import RankPlaces, Standing, judge
+from .straggler import RankPace, Stragglers
 
 __all__ = [
     "HEALTH_STATES",
@@ -99,7 +100,6 @@ class _Rank:
         "eval_t",
         "last_t",
         "moved",
-        "slow_since",
         "spt",
         "step",
     )
@@ -113,7 +113,6 @@ class _Rank:
         self.checkpoints: deque[tuple[float, int]] = deque(maxlen=9)
         if step is not None:
             self.checkpoints.append((t, step))
-        self.slow_since: float | None = None
         self.moved = False  # its step moved in this segment
         self.spt: deque[float] = deque(maxlen=31)  # recent seconds per step, one per change of step
         self.busy: float | None = None  # its GPUs' mean utilisation in its newest report (percent)
@@ -123,7 +122,6 @@ class _Rank:
         old = self.step
         if old is not None and step < old:
             self.checkpoints.clear()
-            self.slow_since = None
             self.spt.clear()
             self.moved = False
         elif old is not None:
@@ -175,6 +173,7 @@ class HealthTracker:
         # ranks
         self._ranks: dict[int, _Rank] = {}
         self.places = RankPlaces(max_ranks=self.params.max_ranks)
+        self._stragglers = Stragglers(self.params.straggler_fraction, self.params.straggler_hold_s)
         """Where each rank stands, for a job whose report core samples its stack (:mod:`.stall`)."""
         self._scan_t = -math.inf
         self._scan: Verdict | None = None
@@ -464,6 +463,7 @@ class HealthTracker:
         """Tell :attr:`places` that a rank's step moved (with its step time) or went back."""
         if r.step is not None and step < r.step:
             self.places.restart(rank)
+            self._stragglers.restart(rank)
         elif r.step is not None and r.moved:
             self.places.moved(t, rank, (t - r.clock_t) / (step - r.step))
         else:
@@ -487,10 +487,10 @@ class HealthTracker:
         if clock is not None:
             self.places.observe(clock, rank, step, activity, stood, detail, frames)
 
-    def observe_shares(self, rank: int, shares: Mapping[str, float]) -> None:
+    def observe_shares(self, rank: int, shares: Mapping[str, float], host: str = "") -> None:
         """The shares of a rank's report interval in each activity (``Report.activity_shares``): its report
         core can sample, so its stalls are judged by where it stands; and a straggler's extra time is named."""
-        self.places.observe_shares(rank, shares)
+        self.places.observe_shares(rank, shares, host)
 
     def observe_gpu(self, rank: int, utilization: float) -> None:
         """The mean utilisation (percent) of a rank's GPUs in its newest report: when every rank's step
@@ -836,30 +836,21 @@ class HealthTracker:
         self._scan = self._standstill(now)
         if self._scan is not None:
             return self._scan
-        if len(rates) < 2:
+        paces = [RankPace(rank, rate) for rate, rank, _ in rates]
+        paces += [RankPace(rank, None) for rank in self._ranks if rank not in {k for _, k, _ in rates}]
+        found = self._stragglers.scan(paces, self.places, now, self._remaining())
+        if found is None:
             return None
-        typical = median(rate for rate, _, _ in rates)
-        if typical <= 0:
-            return None
-        worst: tuple[float, int, _Rank] | None = None
-        for rate, rank, r in rates:
-            if rate < p.straggler_fraction * typical:
-                if r.slow_since is None:
-                    r.slow_since = now
-                if worst is None or rate < worst[0]:
-                    worst = (rate, rank, r)
-            else:
-                r.slow_since = None
-        if worst is None:
-            return None
-        rate, rank, r = worst
-        ratio = rate / typical
-        message = f"rank {rank} steps at {ratio:.0%} of the median rank's rate ({rate:.3g} vs {typical:.3g} steps/s)"
-        ev = self._evidence(
-            "step_rate", {"seconds": p.rate_window_s}, p.straggler_fraction, ratio, r.slow_since, message, rank=rank
-        )
-        self._scan = Verdict("straggling", r.slow_since, ev)
+        since, ev = found
+        self._scan = Verdict("straggling", since, ev)
         return self._scan
+
+    def _remaining(self) -> float | None:
+        """Seconds rank 0 still needs at its pace in this segment (``None``: no total or no pace yet)."""
+        rate = self._rate()
+        if self._total is None or not rate or self._r0_step is None:
+            return None
+        return max(self._total - self._r0_step, 0) / rate
 
     def _eval_vetoes(self, since: float) -> tuple[float, float, int] | None:
         """The evaluation metric's improvement since ``since`` when it is significant (the job learns)."""

@@ -196,8 +196,12 @@ class HealthParams:
     makes no best)."""
     nonfinite_recover_windows: int = 10
     """Consecutive finite windows after a non-finite value before ``diverging`` clears (20 s)."""
-    straggler_fraction: float = 0.5
-    """A rank stepping at less than this share of the median rank's rate is a straggler."""
+    straggler_fraction: float = 1 / 1.5
+    """A rank stepping at less than this share of the median rank's rate (or busy this many times less
+    than it: see :mod:`.straggler`), that is 1.5x slower, is a straggler once it holds for
+    ``straggler_hold_s`` (issue 29; 0.5 at once before)."""
+    straggler_hold_s: float = 300.0
+    """How long a rank must stay that slow to be named a straggler: persistently, not one slow minute."""
     rate_window_s: float = 60.0
     """Seconds over which each rank's step rate is measured."""
     rank_check_s: float = 5.0

@@ -95,6 +95,9 @@ class StallKnobs:
 
 DEFAULT_KNOBS = StallKnobs()
 
+SHARES_SMOOTHING = 0.1
+"""Weight of a report's activity shares in a rank's smoothed shares (about the last 10 reports, 20 s)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Reading:
@@ -127,7 +130,7 @@ class Allowance:
 
 
 class _Place:
-    __slots__ = ("longest", "patient_since", "reading", "sampling", "shares", "tail")
+    __slots__ = ("busy", "host", "longest", "patient_since", "reading", "sampling", "shares", "smooth", "tail")
 
     def __init__(self, memory: int) -> None:
         self.sampling = False
@@ -136,6 +139,9 @@ class _Place:
         self.longest = 0.0  # the longest save or evaluation the rank finished (seconds)
         self.patient_since: float | None = None  # server time its current save or evaluation began
         self.shares: dict[str, float] | None = None  # its newest activity shares
+        self.smooth: dict[str, float] = {}  # its activity shares, smoothed over its recent reports
+        self.busy: float | None = None  # smoothed share of its time not waiting for others (not in a collective)
+        self.host = ""
 
 
 class RankPlaces:
@@ -177,13 +183,27 @@ class RankPlaces:
             self._patient_ended(place, t)
         place.reading = Reading(t, step, activity, max(0.0, stood), detail, tuple(frames))
 
-    def observe_shares(self, rank: int, shares: Mapping[str, float]) -> None:
-        """A rank's activity shares of its newest report interval (a report core that samples)."""
+    def observe_shares(self, rank: int, shares: Mapping[str, float], host: str = "") -> None:
+        """A rank's activity shares of its newest report interval (a report core that samples), and the
+        host it runs on. Smoothed over its recent reports (a straggler is one persistently slower)."""
         place = self._place(rank)
         if place is None:
             return
         place.sampling = True
-        place.shares = {k: float(v) for k, v in shares.items() if math.isfinite(v)}
+        if host:
+            place.host = host
+        new = {k: float(v) for k, v in shares.items() if math.isfinite(v)}
+        place.shares = new
+        total = sum(new.values())
+        if total <= 0:
+            return
+        a = SHARES_SMOOTHING
+        for key in set(place.smooth) | set(new):
+            place.smooth[key] = (1 - a) * place.smooth.get(key, new.get(key, 0.0) / total) + a * new.get(
+                key, 0.0
+            ) / total
+        busy = 1.0 - place.smooth.get("communicating", 0.0) - place.smooth.get("waiting", 0.0)
+        place.busy = max(busy, 0.0)
 
     def moved(self, t: float, rank: int, step_time: float | None) -> None:
         """A rank's step moved at ``t`` (``step_time``: seconds per step since its last move, ``None``
@@ -234,9 +254,21 @@ class RankPlaces:
         return r
 
     def shares(self, rank: int) -> dict[str, float] | None:
-        """The rank's newest activity shares."""
+        """The rank's activity shares, smoothed over its recent reports (``None``: none received)."""
         place = self._places.get(rank)
-        return None if place is None else place.shares
+        return None if place is None or not place.smooth else dict(place.smooth)
+
+    def busy(self, rank: int) -> float | None:
+        """The smoothed share of the rank's time it does its own work (not in a collective, not waiting):
+        in synchronous data parallelism every rank steps at the same rate, and a slow rank shows as the
+        others waiting for it in the collectives."""
+        place = self._places.get(rank)
+        return None if place is None else place.busy
+
+    def host(self, rank: int) -> str:
+        """The host the rank reported from (empty when not known)."""
+        place = self._places.get(rank)
+        return "" if place is None else place.host
 
     def p99(self, rank: int) -> float | None:
         """The rank's p99 step time, interpolated between the two nearest ranks (as numpy's quantile)."""
