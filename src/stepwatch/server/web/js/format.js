@@ -27,17 +27,62 @@ export function fmtInt(value) {
   return value === null || value === undefined ? DASH : Math.round(value).toLocaleString("en-US");
 }
 
+/**
+ * A percentage as every reader shows it (the rule of stepwatch.server.views.figures.shown_percent): one
+ * decimal rounded down (9.96 reads 9.9, 99.99 reads 99.9), within 0..100, 100 only at 100. The server
+ * sends a job's ``progress.percent`` already so: this leaves it as sent (flooring a tenth again is a no-op;
+ * the sixth-decimal rounding keeps 29.999999999999996 at 30.0), and holds the rule for any other figure.
+ * The list's bar is drawn from this same value, so a bar and the number beside it never disagree.
+ */
+export function shownPercent(value) {
+  const v = num(value);
+  if (v === null || !Number.isFinite(v)) return null;
+  const tenths = Math.floor(Number((Math.min(100, Math.max(0, v)) * 10).toFixed(6)));
+  return tenths >= 1000 ? 100 : tenths / 10;
+}
+
 export function fmtPercent(value) {
-  return value === null || value === undefined ? DASH : `${value >= 99.95 || value === 0 ? value.toFixed(0) : value.toFixed(1)}%`;
+  const v = shownPercent(value);
+  return v === null ? DASH : `${v === 100 || v === 0 ? v.toFixed(0) : v.toFixed(1)}%`;
 }
 
 /** A job's progress: "45.0%"; "ended at 49.8%" when it ended short of its total (the rule of
- * stepwatch.protocol.ended_short_text, which the CLI and the SDK follow). */
+ * stepwatch.protocol.ended_short_text, which the CLI and the SDK follow, on the percent as shown). */
 export function fmtProgress(state, value) {
-  if (ENDED.has(state) && value !== null && value !== undefined && Number.isFinite(value) && value < 100) {
-    return `ended at ${Math.min(Math.floor(Math.max(value, 0) * 10 + 0.5) / 10, 99.9).toFixed(1)}%`;
-  }
+  const v = shownPercent(value);
+  if (ENDED.has(state) && v !== null && v < 100) return `ended at ${Math.min(v, 99.9).toFixed(1)}%`;
   return fmtPercent(value);
+}
+
+/**
+ * A job's live rate, as the server sends it (``progress.steps_per_second``, ``samples_per_second``): none
+ * (null: "—") for a job that has ended or stands stalled, whatever an older server still sent (a rate
+ * measured before the job stopped moving is not its rate now).
+ */
+export function liveRate(job, value) {
+  if (ENDED.has(job.state) || (job.health && job.health.state === "stalled")) return null;
+  return value ?? null;
+}
+
+/** Where a job's rate would be, when it has none: "stalled since 14:05", "ended", or "—". */
+export function noRateText(job) {
+  if (ENDED.has(job.state)) return `${DASH} (${job.state})`;
+  if (job.health && job.health.state === "stalled") return job.health.since ? `${DASH} (stalled since ${fmtClock(job.health.since)})` : `${DASH} (stalled)`;
+  return DASH;
+}
+
+/**
+ * The LOSS a list shows and its tooltip: the mean of the latest window of the loss metric
+ * (``metric_means``: smooth, it does not jump with every batch) when the job view has it, else the last
+ * value; the last single batch goes in the tooltip. ``{metric, value, last}``, value null when none.
+ */
+export function lossFigure(job) {
+  const metric = lossMetric(job.metrics);
+  if (!metric) return { metric: null, value: null, last: null };
+  const last = job.metrics[metric];
+  const means = job.metric_means || {};
+  const mean = Object.prototype.hasOwnProperty.call(means, metric) && means[metric] !== null ? means[metric] : null;
+  return { metric, value: mean ?? last, last, smoothed: mean !== null };
 }
 
 export function fmtMoney(value, digits = 2) {

@@ -1,11 +1,14 @@
 // The job list: every column of the fleet at a glance, filtered and sorted in the page, drawn as a
-// virtual table (only the rows on screen exist), kept live by the stream. Rows are reused and only
-// their changed texts are set, so live updates never redraw the table (no flicker).
+// virtual table (only the rows on screen exist), kept live by the stream. Each row element belongs to one
+// job for as long as it is on screen (keyed by the job, never by position): a live update sets only its
+// changed texts, and a bar grows from its own job's value, never from the value of the row that was there.
+// The order is stable: ties on the sort key are broken by (namespace, name, attempt), and the default sort
+// (newest first) is a key that live updates do not change, so rows move only when a user sorts.
 
 import { h, replace, setAttr, setText, svg } from "./dom.js";
 import {
   DASH, ENDED, HEALTH_SEVERITY, HEALTH_STATES, JOB_STATES, fmtDateTime, fmtDuration, fmtFinish, fmtMoney, fmtNum,
-  fmtOf, fmtPercent, fmtProgress, healthLabel, lossMetric, num, stateClass,
+  fmtOf, fmtPercent, fmtProgress, healthLabel, lossFigure, num, shownPercent, stateClass,
 } from "./format.js";
 import { dropPendingSparks, loadJobs, state, subscribe, wantSpark } from "./state.js";
 
@@ -18,8 +21,8 @@ const ui = {
   namespace: "",
   state: "",
   health: "",
-  sort: "updated",
-  descending: true,
+  sort: "age", // newest first: a key that live updates never change (see the file's comment)
+  descending: false,
   scrollTop: 0,
   selected: new Set(),
 };
@@ -44,8 +47,7 @@ export function remaining(job, t = now()) {
 }
 
 function lossOf(job) {
-  const metric = lossMetric(job.metrics);
-  return metric ? num(job.metrics[metric]) : null;
+  return num(lossFigure(job).value);
 }
 
 // the columns: id, header, how to sort (null last whatever the direction), the server's sort key
@@ -60,7 +62,8 @@ const COLUMNS = [
   { id: "eta", label: "ETA", wide: " / finish", key: (j) => remaining(j), server: "eta" },
   { id: "loss", label: "Loss", key: (j) => { const v = lossOf(j); return v === null || Number.isNaN(v) ? null : v; } },
   { id: "cost", label: "Cost", key: (j) => j.cost.spent },
-  { id: "age", label: "Age", key: (j) => -j.times.created, server: "created" },
+  // youngest first when ascending: the server's "created" runs the other way (invert)
+  { id: "age", label: "Age", key: (j) => -j.times.created, server: "created", invert: true },
 ];
 const UPDATED = { id: "updated", key: (j) => j.times.updated, server: "updated" };
 
@@ -79,26 +82,41 @@ function matches(job) {
   return true;
 }
 
-function ordered() {
-  const col = column(ui.sort);
-  const rows = [];
-  for (const [key, job] of state.jobs) if (matches(job)) rows.push([col.key(job), key]);
-  const dir = ui.descending ? -1 : 1;
+/** The fixed order of two jobs that tie on the sort key: namespace, then name, then attempt. */
+export function tieBreak(a, b) {
+  if (a.namespace !== b.namespace) return a.namespace < b.namespace ? -1 : 1;
+  if (a.name !== b.name) return a.name < b.name ? -1 : 1;
+  return (a.attempt ?? 0) - (b.attempt ?? 0);
+}
+
+/** Sort [key value, job key, job] rows: by value in the direction asked, unknown values last whatever the
+    direction, ties in the fixed order of tieBreak (never by arrival or position: those change live). */
+export function sortRows(rows, descending) {
+  const dir = descending ? -1 : 1;
+  const missing = (v) => v === null || v === undefined || Number.isNaN(v);
   rows.sort((a, b) => {
     const x = a[0];
     const y = b[0];
-    if (x === null || x === undefined) return y === null || y === undefined ? (a[1] < b[1] ? -1 : 1) : 1;
-    if (y === null || y === undefined) return -1;
-    if (x < y) return -dir;
-    if (x > y) return dir;
-    return a[1] < b[1] ? -1 : 1;
+    if (missing(x) || missing(y)) {
+      if (!missing(x)) return -1;
+      if (!missing(y)) return 1;
+    } else if (x < y) return -dir;
+    else if (x > y) return dir;
+    return tieBreak(a[2], b[2]);
   });
-  return rows.map((r) => r[1]);
+  return rows;
+}
+
+function ordered() {
+  const col = column(ui.sort);
+  const rows = [];
+  for (const [key, job] of state.jobs) if (matches(job)) rows.push([col.key(job), key, job]);
+  return sortRows(rows, ui.descending).map((r) => r[1]);
 }
 
 export function renderJobs(main) {
   let order = [];
-  let pool = [];
+  const rows = new Map(); // job key -> its row element, for the jobs on screen (a row never changes job)
   let lastRender = 0;
   let timer = null;
   let needOrder = true;
@@ -190,7 +208,7 @@ export function renderJobs(main) {
     if (ui.health) p.health = ui.health;
     if (ui.text) p.text = ui.text;
     const col = column(ui.sort);
-    if (col.server) p.sort = `${ui.descending ? "-" : ""}${col.server}`;
+    if (col.server) p.sort = `${ui.descending !== Boolean(col.invert) ? "-" : ""}${col.server}`;
     return p;
   }
 
@@ -251,19 +269,27 @@ export function renderJobs(main) {
     const last = Math.min(order.length, first + Math.ceil(viewport / rowH) + 2 * OVERSCAN);
     topSpacer.style.height = `${first * rowH}px`;
     bottomSpacer.style.height = `${(order.length - last) * rowH}px`;
-    const needed = last - first;
-    while (pool.length < needed) {
-      const tr = makeRow();
-      tbody.insertBefore(tr, bottomSpacer);
-      pool.push(tr);
-    }
-    while (pool.length > needed) pool.pop().remove();
     const t = now();
-    const visible = new Set();
-    for (let i = 0; i < needed; i++) {
-      const key = order[first + i];
-      visible.add(key);
-      fillRow(pool[i], state.jobs.get(key), first + i, t);
+    const visible = new Set(order.slice(first, last));
+    for (const [key, tr] of rows) {
+      if (!visible.has(key)) {
+        tr.remove();
+        rows.delete(key);
+      }
+    }
+    let previous = topSpacer;
+    for (let i = first; i < last; i++) {
+      const key = order[i];
+      let tr = rows.get(key);
+      if (!tr) {
+        // a job new on screen gets a row of its own, filled before it is in the page: its bar starts at its
+        // own value (an element reused from another job would slide from that job's value)
+        tr = makeRow(key);
+        rows.set(key, tr);
+      }
+      fillRow(tr, state.jobs.get(key), i, t);
+      if (previous.nextSibling !== tr) previous.after(tr); // moved only when the order changed
+      previous = tr;
     }
     dropPendingSparks(visible);
     for (const key of visible) wantSpark(key, sparkReady);
@@ -284,8 +310,8 @@ export function renderJobs(main) {
   }
 
   function sparkReady(key) {
-    const i = pool.findIndex((tr) => tr.dataset.key === key);
-    if (i >= 0) drawSpark(pool[i].cells[9].lastChild, key);
+    const tr = rows.get(key);
+    if (tr) drawSpark(tr.cells[9].lastChild, key);
   }
 
   function updateCompare() {
@@ -306,7 +332,7 @@ export function renderJobs(main) {
     if (rowTop < wrap.scrollTop + rowH) wrap.scrollTop = Math.max(0, rowTop - rowH);
     else if (rowTop + rowH > wrap.scrollTop + wrap.clientHeight - rowH) wrap.scrollTop = rowTop + 2 * rowH - wrap.clientHeight;
     render();
-    const target = pool.find((r) => Number(r.dataset.index) === index);
+    const target = [...rows.values()].find((r) => Number(r.dataset.index) === index);
     const focusable = target && target.cells[cellIndex].querySelector("a, input");
     if (focusable) focusable.focus();
   }
@@ -326,12 +352,12 @@ export function renderJobs(main) {
   };
 }
 
-function makeRow() {
+function makeRow(key) {
   const checkbox = h("input", { type: "checkbox" });
   const link = h("a", { class: "job-link" });
   const bar = h("div", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100" }, h("div", { class: "fill" }));
   // .sub: what a narrow screen shows of a hidden column under another one (see app.css)
-  return h("tr", null,
+  return h("tr", { "data-key": key },
     h("td", { class: "c-select" }, checkbox),
     h("td", { class: "c-name" }, link, h("span", { class: "sub" })),
     h("td", { class: "c-namespace" }),
@@ -347,11 +373,7 @@ function makeRow() {
 }
 
 function fillRow(tr, job, index, t) {
-  const key = `${job.namespace}/${job.name}`;
-  if (tr.dataset.key !== key) {
-    tr.dataset.key = key;
-    tr.cells[9].lastChild.replaceChildren();
-  }
+  const key = tr.dataset.key;
   tr.dataset.index = String(index);
   setAttr(tr, "aria-rowindex", index + 2);
   const c = tr.cells;
@@ -374,10 +396,12 @@ function fillRow(tr, job, index, t) {
   const healthBadge = c[4].firstChild;
   setAttr(healthBadge, "class", healthClass);
   setText(healthBadge, healthLabel(job.health.state));
-  const percent = job.progress.percent;
+  // the bar and the number beside it are one value: the percent as the server sends it (shown by one rule)
+  const percent = shownPercent(job.progress.percent);
   const bar = c[5].firstChild.firstChild;
-  bar.firstChild.style.width = `${percent ?? 0}%`;
-  setAttr(bar, "aria-valuenow", percent === null ? 0 : Math.round(percent));
+  const width = `${percent ?? 0}%`;
+  if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
+  setAttr(bar, "aria-valuenow", percent ?? 0);
   setAttr(bar, "aria-label", `${job.name} progress`);
   // the cell has room for a percentage only; an early end's "ended at 49.8%" is its tooltip (and the panel's text)
   setText(c[5].firstChild.lastChild, fmtPercent(percent));
@@ -393,11 +417,12 @@ function fillRow(tr, job, index, t) {
   const finish = rest === null || ENDED.has(job.state) ? null : t + rest;
   setText(c[8].lastChild, finish === null ? "" : fmtFinish(finish));
   setAttr(c[8], "title", finish === null ? "" : `finishes ${fmtDateTime(finish)}`);
-  const metric = lossMetric(job.metrics);
-  const loss = metric ? job.metrics[metric] : null;
+  const { metric, value: loss, last, smoothed } = lossFigure(job);
   const lossCell = c[9].firstChild;
   setText(lossCell, fmtNum(loss));
-  setAttr(lossCell, "title", metric ? `${metric} ${fmtNum(loss, 8)}` : "");
+  setAttr(lossCell, "title", !metric ? "" : smoothed
+    ? `${metric}: ${fmtNum(loss, 8)}, the mean of the last window; last batch ${fmtNum(last, 8)}`
+    : `${metric}: last batch ${fmtNum(last, 8)}`);
   lossCell.classList.toggle("nonfinite", loss !== null && !Number.isFinite(num(loss)));
   drawSpark(c[9].lastChild, key);
   setText(c[10], fmtMoney(job.cost.spent));

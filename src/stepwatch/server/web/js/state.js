@@ -49,9 +49,9 @@ export async function loadJobs(params = {}) {
   const filtered = Object.keys(params).some((k) => k !== "sort");
   let full = null;
   if (!state.loaded && !filtered) {
-    // first the screenful that the default order (recently updated first) shows, then everything: a large
+    // first the screenful that the list's default order (newest first) shows, then everything: a large
     // fleet's list (7 MB for 10,000 jobs) must not hold back the first rows
-    const first = await getJSON(`/api/v1/jobs?${new URLSearchParams({ limit: String(FIRST_PAGE), ...params })}`);
+    const first = await getJSON(`/api/v1/jobs?${new URLSearchParams({ limit: String(FIRST_PAGE), sort: "-created", ...params })}`);
     if (first.items.length < first.total) {
       fill(first, false);
       state.partial = true;
