@@ -33,23 +33,23 @@ def test_live_jobs_and_namespace_totals(api: Any, make_report: Callable[..., dic
     done = api.register("done", namespace="nlp")
     api.report_ok("done", done, make_report(1, 5, {"loss": 1.0}, state="finished"), namespace="nlp")
     samples = scrape(api)
-    job = (("job_name", "train"), ("namespace", "nlp"))
+    job = (("job_name", "train"), ("job_namespace", "nlp"))
     assert samples["stepwatch_job_progress_ratio", job] == 0.5
     assert samples["stepwatch_job_step", job] == 500 and samples["stepwatch_job_total_steps", job] == 1000
     assert samples["stepwatch_job_last_report_age_seconds", job] == 0.0
     assert samples["stepwatch_job_cost_rate_usd_per_hour", job] == 32.0
     assert samples["stepwatch_job_cost_spent_usd", job] == 32.0  # an hour since the first report
     assert ("stepwatch_job_eta_seconds", job) not in samples  # two reports: no ETA yet, and none made up
-    assert samples["stepwatch_job_metric_last", (*job[:1], ("metric", "loss"), job[1])] == 0.25
-    assert math.isnan(samples["stepwatch_job_metric_last", (*job[:1], ("metric", "acc"), job[1])])
+    assert samples["stepwatch_job_metric_last", (*job, ("metric", "loss"))] == 0.25
+    assert math.isnan(samples["stepwatch_job_metric_last", (*job, ("metric", "acc"))])
     health = api.job("train", namespace="nlp")["health"]["state"]
     assert samples["stepwatch_job_health", (("health", health), *job)] == 1.0
     assert sum(v for (name, labels), v in samples.items() if name == "stepwatch_job_health" and job[0] in labels) == 1
     # an ended job leaves the per-job series; it still counts in its namespace
     assert not any(key[0].startswith("stepwatch_job_") and ("job_name", "done") in key[1] for key in samples)
-    assert samples["stepwatch_jobs", (("namespace", "nlp"), ("state", "finished"))] == 1
-    assert samples["stepwatch_jobs", (("namespace", "nlp"), ("state", "running"))] == 1
-    assert samples["stepwatch_namespace_cost_rate_usd_per_hour", (("namespace", "nlp"),)] == 32.0
+    assert samples["stepwatch_jobs", (("job_namespace", "nlp"), ("state", "finished"))] == 1
+    assert samples["stepwatch_jobs", (("job_namespace", "nlp"), ("state", "running"))] == 1
+    assert samples["stepwatch_namespace_cost_rate_usd_per_hour", (("job_namespace", "nlp"),)] == 32.0
     assert samples["stepwatch_reports_total", (("kind", "reports"),)] == 3
 
 
@@ -70,11 +70,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _scrape_config(tmp_path: Path, target: str) -> Path:
+    """One scrape job; the target carries a ``namespace`` label as Kubernetes service discovery's usual
+    relabelling (``__meta_kubernetes_namespace`` -> ``namespace``) gives it."""
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n  - job_name: stepwatch\n"
+        f"    static_configs: [{{targets: ['{target}'], labels: {{namespace: stepwatch-system}}}}]\n"
+    )
+    return config
+
+
 @pytest.mark.slow
 def test_a_real_prometheus_finds_the_job_by_job_name(tmp_path: Path) -> None:
-    """A real Prometheus scrapes a real stepwatch server fed by a real reporter; PromQL by ``job_name`` finds the
-    job, and Prometheus' own ``job`` (the scrape job) sits beside it untouched. Skipped without ``prometheus``
-    (``apt-get install prometheus``)."""
+    """A real Prometheus scrapes a real stepwatch server fed by a real reporter; PromQL by ``job_name`` and
+    ``job_namespace`` finds the job, and Prometheus' own ``job`` (the scrape job) and the ``namespace`` target
+    label that Kubernetes service discovery adds (here from the scrape config, as its relabelling does: the
+    namespace of the stepwatch pod) sit beside them untouched — no ``exported_*``. Skipped without
+    ``prometheus`` (``apt-get install prometheus``)."""
     prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
     if prometheus is None or promtool is None:
         pytest.skip("prometheus and promtool are not installed")
@@ -96,23 +110,20 @@ def test_a_real_prometheus_finds_the_job_by_job_name(tmp_path: Path) -> None:
                 time.sleep(0.05)
         text = httpx.get(httpd.url + "/metrics", timeout=10).text
         checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert 'job_name="prom-a"' in text and 'job="prom-a"' not in text and 'job_namespace="vision"' in text
+        assert ',namespace="' not in text and '{namespace="' not in text, "ours is job_namespace, never namespace"
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        assert 'job_name="prom-a"' in text and 'job="prom-a"' not in text
 
         port = _free_port()
         target = httpd.url.removeprefix("http://")
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            f"scrape_configs:\n  - job_name: stepwatch\n    static_configs: [{{targets: ['{target}']}}]\n"
-        )
+        config = _scrape_config(tmp_path, target)
         process = subprocess.Popen(
             [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            query = 'stepwatch_job_progress_ratio{job_name="prom-a", namespace="vision"}'
+            query = 'stepwatch_job_progress_ratio{job_name="prom-a", job_namespace="vision"}'
             deadline = time.monotonic() + 90
             result: list[dict[str, Any]] = []
             while not result and time.monotonic() < deadline and process.poll() is None:
@@ -126,6 +137,12 @@ def test_a_real_prometheus_finds_the_job_by_job_name(tmp_path: Path) -> None:
             (series,) = result
             assert series["metric"]["job"] == "stepwatch"  # Prometheus' own label, its scrape job
             assert series["metric"]["job_name"] == "prom-a" and "exported_job" not in series["metric"]
+            labels = series["metric"]  # the target label stands as in a cluster, ours beside it
+            assert (labels["namespace"], labels["job_namespace"], "exported_namespace" in labels) == (
+                "stepwatch-system",
+                "vision",
+                False,
+            )
             assert float(series["value"][1]) == 0.4
         finally:
             process.terminate()

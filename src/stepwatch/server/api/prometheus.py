@@ -1,6 +1,6 @@
 """Prometheus exposition of every job: ``GET /metrics`` for Grafana dashboards and Alertmanager rules.
 
-Per live job (pending or running, latest attempt; labels ``namespace`` and ``job_name``): progress
+Per live job (pending or running, latest attempt; labels ``job_namespace`` and ``job_name``): progress
 ratio, step and total, ETA, steps per second, age of the last report, health (one series per state,
 1 for the current one), cost rate and spent, and the last value of each metric. Per namespace, over
 every job: how many are in each state and health, and the cost figures summed. Ended jobs leave the
@@ -25,14 +25,20 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..analysis.cost import Cost, totals
 from ..notify import Notifier
 from ..store import HEALTH_STATES, Job, JobFilter, Store
+from ..views.figures import live_steps_per_second
 from ..views.serialisers import cost_of, eta_of, progress_percent, remaining_seconds
 
-__all__ = ["JOB_LABEL", "JobsCollector", "registry_for"]
+__all__ = ["JOB_LABEL", "NAMESPACE_LABEL", "JobsCollector", "registry_for"]
 
 JOB_LABEL = "job_name"
 """The training job's label. Not ``job``: Prometheus gives every scraped series ``job`` (the name of
 its scrape job) and, with ``honor_labels`` off as by default, renames a ``job`` of ours to
 ``exported_job``, so ``{job="train"}`` finds nothing and alerts name the scrape job instead."""
+
+NAMESPACE_LABEL = "job_namespace"
+"""The job's namespace label. Not ``namespace``, for the same reason as :data:`JOB_LABEL`: Kubernetes
+service discovery gives every series scraped in a cluster a ``namespace`` target label (the namespace of
+the stepwatch pod), and Prometheus then renames ours to ``exported_namespace``."""
 
 LIVE = ("pending", "running")
 MAX_JOBS = 10_000
@@ -56,7 +62,7 @@ class JobsCollector(Collector):
         """Every metric family, built from the jobs of the store now."""
         now = self.clock()
         jobs = self.store.jobs(JobFilter(limit=MAX_JOBS))
-        labels = ["namespace", JOB_LABEL]
+        labels = [NAMESPACE_LABEL, JOB_LABEL]
         g: dict[str, GaugeMetricFamily] = {
             name: GaugeMetricFamily(f"stepwatch_job_{name}", text, labels=labels)
             for name, text in (
@@ -64,7 +70,7 @@ class JobsCollector(Collector):
                 ("step", "Last step rank 0 reported."),
                 ("total_steps", "Steps the job will run."),
                 ("eta_seconds", "Seconds left, from the recent step rate."),
-                ("steps_per_second", "Recent step rate."),
+                ("steps_per_second", "Recent step rate (absent while the job is stalled)."),
                 ("last_report_age_seconds", "Seconds since the job last reported."),
                 ("cost_rate_usd_per_hour", "What an hour of the job costs: GPUs x price of a GPU hour."),
                 ("cost_spent_usd", "What the job has cost so far."),
@@ -96,7 +102,7 @@ class JobsCollector(Collector):
             _add(g["step"], key, job.step)
             _add(g["total_steps"], key, job.total_steps)
             _add(g["eta_seconds"], key, eta_of(job, now)[0])  # what every reader shows
-            _add(g["steps_per_second"], key, job.eta_rate if job.eta_rate is not None else job.steps_per_second)
+            _add(g["steps_per_second"], key, live_steps_per_second(job))  # none for a stalled job, as everywhere
             _add(g["last_report_age_seconds"], key, None if job.last_report_at is None else now - job.last_report_at)
             _add(g["cost_rate_usd_per_hour"], key, cost.rate_per_hour)
             _add(g["cost_spent_usd"], key, cost.spent)
@@ -107,12 +113,14 @@ class JobsCollector(Collector):
         yield from g.values()
         yield health
         yield metric
-        count = GaugeMetricFamily("stepwatch_jobs", "Jobs (latest attempts) by state.", labels=["namespace", "state"])
+        count = GaugeMetricFamily(
+            "stepwatch_jobs", "Jobs (latest attempts) by state.", labels=[NAMESPACE_LABEL, "state"]
+        )
         for (namespace, state), n in sorted(states.items()):
             count.add_metric([namespace, state], n)
         yield count
         by_health = GaugeMetricFamily(
-            "stepwatch_jobs_by_health", "Jobs (latest attempts) by health.", labels=["namespace", "health"]
+            "stepwatch_jobs_by_health", "Jobs (latest attempts) by health.", labels=[NAMESPACE_LABEL, "health"]
         )
         for (namespace, state), n in sorted(healths.items()):
             by_health.add_metric([namespace, state], n)
@@ -121,17 +129,17 @@ class JobsCollector(Collector):
             "rate_usd_per_hour": GaugeMetricFamily(
                 "stepwatch_namespace_cost_rate_usd_per_hour",
                 "Cost per hour of the namespace's live jobs.",
-                labels=["namespace"],
+                labels=[NAMESPACE_LABEL],
             ),
             "spent_usd": GaugeMetricFamily(
                 "stepwatch_namespace_cost_spent_usd",
                 "Spent by the namespace's jobs (listed ones).",
-                labels=["namespace"],
+                labels=[NAMESPACE_LABEL],
             ),
             "wasted_usd": GaugeMetricFamily(
                 "stepwatch_namespace_cost_wasted_usd",
                 "Spent after jobs stopped doing useful work.",
-                labels=["namespace"],
+                labels=[NAMESPACE_LABEL],
             ),
         }
         for namespace, items in sorted(costs.items()):
