@@ -148,3 +148,59 @@ def test_the_documented_table_is_the_one_the_commands_use() -> None:
     from stepwatch.cli import watch
 
     assert set(watch.EXIT_CODES.values()) <= documented  # how a watched job ended is in the table too
+
+
+_REPORTER_ONLY = (
+    "import sys\n"
+    "for name in ('httpx', 'rich', 'starlette', 'uvicorn', 'orjson', 'prometheus_client', 'plotly', 'numpy',\n"
+    "             'textual', 'kubernetes', 'apprise'):\n"
+    "    sys.modules[name] = None  # as after `pip install stepwatch`: none of the extras' packages\n"
+    "from {module} import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "said"),
+    [
+        ("stepwatch.__main__", ["jobs"], "stepwatch jobs: needs the 'client' extra (httpx is not installed)"),
+        ("stepwatch.__main__", ["run", "--", "true"], "stepwatch run: needs the 'client' extra"),
+        ("stepwatch.__main__", ["describe", "x"], "stepwatch describe: needs the 'client' extra"),
+        ("stepwatch.__main__", ["server"], "pip install 'stepwatch[server]'"),
+        ("stepwatch.__main__", ["top"], "pip install 'stepwatch[tui]'"),
+        ("stepwatch.cli.kubectl", ["get"], "kubectl stepwatch: needs the 'client' extra (httpx is not installed)"),
+    ],
+)
+def test_the_reporter_only_install_names_the_extra_in_one_line(module: str, argv: list[str], said: str) -> None:
+    """``pip install stepwatch`` installs the ``stepwatch`` and ``kubectl-stepwatch`` commands too; without the
+    extras they answer one line naming the extra to install, never a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORTER_ONLY.format(module=module), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "STEPWATCH_SERVER": "http://127.0.0.1:9"},
+    )
+    assert done.returncode == 1, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_chat_target_without_the_notify_extra_is_one_line(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['apprise'] = None  # the server extra without the notify one\n"
+        "from stepwatch.__main__ import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "server", "--port", "0", "--db", str(tmp_path / "sw.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "STEPWATCH_NOTIFY": "slack://TokenA/TokenB/TokenC"},
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        "stepwatch server: notifications to slack://… need Apprise: pip install 'stepwatch[notify]'"
+    )

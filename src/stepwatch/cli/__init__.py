@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the exit status (the table in :mod:`._errors`).
 
     What a command does not catch itself ends here as one line, never a traceback: a client error
-    (a server that is not stepwatch's, an answer it cannot read), Ctrl-C, a reader that went away.
+    (a server that is not stepwatch's, an answer it cannot read), an extra this install lacks (``pip
+    install stepwatch`` is the reporter only), Ctrl-C, a reader that went away.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -60,12 +61,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _errors.output_closed()
     except KeyboardInterrupt:
         return _errors.INTERRUPTED
+    except ImportError as exc:  # `pip install stepwatch` installs this command without its extras
+        line = _errors.missing_extra(f"stepwatch {_command_of(args)}", exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return _errors.ERROR
     except Exception as exc:
         if not _is_client_error(exc):
             raise
         print(_errors.one_line(args.command, exc, _server_of(args)), file=sys.stderr)
         return _errors.ERROR
     return status
+
+
+def _command_of(args: argparse.Namespace) -> str:
+    """The command's name (``args.command`` is ``run``'s own command line once ``run`` parsed it)."""
+    module: str = getattr(args.run, "__module__", "") or ""
+    return module.rsplit(".", 1)[-1] if module.startswith(__name__ + ".") else str(args.command)
 
 
 def _server_of(args: argparse.Namespace) -> str | None:

@@ -31,6 +31,7 @@ __all__ = [
     "PIPE_CLOSED",
     "USAGE",
     "close_job_names",
+    "missing_extra",
     "no_such_job",
     "one_line",
     "output_closed",
@@ -47,6 +48,36 @@ PIPE_CLOSED = 141
 _CLOSE = 0.75
 """How alike a name must be to be suggested (difflib's ratio): a typo or two in ``train-tiny`` (0.9),
 not ``short`` for ``ghost`` (0.6)."""
+
+
+EXTRA_OF: dict[str, str] = {
+    "httpx": "client",
+    "rich": "client",
+    "starlette": "server",
+    "uvicorn": "server",
+    "orjson": "server",
+    "prometheus_client": "server",
+    "plotly": "server",
+    "swagger_ui_bundle": "server",
+    "numpy": "server",
+    "textual": "tui",
+    "kubernetes": "k8s",
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "apprise": "notify",
+    "pandas": "notebook",
+}
+"""The extra that installs each optional package a command may import (pyproject.toml's extras)."""
+
+
+def missing_extra(command: str, exc: ImportError) -> str | None:
+    """The one line for a command that needs an extra this install lacks (``pip install stepwatch`` gives
+    the reporter only, yet installs the commands); ``None`` when ``exc`` is not about an optional package."""
+    top = (exc.name or "").split(".", 1)[0]
+    extra = EXTRA_OF.get(top)
+    if extra is None:
+        return None
+    return f"{command}: needs the '{extra}' extra ({top} is not installed): pip install 'stepwatch[{extra}]'"
 
 
 def one_line(command: str, exc: BaseException, url: str | None = None) -> str:

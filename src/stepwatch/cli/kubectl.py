@@ -186,6 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.run(args)
     except KeyboardInterrupt:
         return 130
+    except ImportError as exc:  # `pip install stepwatch` installs this command without the client
+        from ._errors import missing_extra
+
+        line = missing_extra(PROG, exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
     return status
 
 

@@ -182,6 +182,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # unsafe access settings
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:  # a chat target in STEPWATCH_NOTIFY without the notify extra: says which extra
+        if "stepwatch[" not in str(exc):
+            raise
+        print(f"stepwatch server: {exc}", file=sys.stderr)
+        return 1
     except StoreError as exc:
         print(f"stepwatch server: {exc}", file=sys.stderr)
         return 1
