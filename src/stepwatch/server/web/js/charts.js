@@ -119,7 +119,7 @@ export function seriesTraces(points, { name, color = PALETTE[0], xAxis = "step",
 /**
  * A chart's layout. ``legendRows``: the lines the legend takes; it then sits at the bottom of the chart,
  * below the step axis title (a legend placed in plot coordinates lands on the axis title), the chart
- * growing by its height. ``range``: a fixed y range (a clipped one, see ``chooseScale``).
+ * growing by its height. ``range``: a fixed y range (a clipped one, see ``chooseScale``; log10 units on a log axis).
  */
 export function chartLayout({ title, xAxis = "step", log = false, height = 230, legend = false, legendRows = 1, range = null }) {
   const fg = css("--fg", "#1b1f24");
@@ -137,7 +137,7 @@ export function chartLayout({ title, xAxis = "step", log = false, height = 230, 
     legend: { orientation: "h", x: 0, xanchor: "left", yref: "container", y: 0, yanchor: "bottom" },
     xaxis: { title: { text: xAxis === "time" ? "time" : "step" }, type: xAxis === "time" ? "date" : "linear", gridcolor: grid, zeroline: false },
     yaxis: { type: log ? "log" : "linear", gridcolor: grid, zeroline: false, exponentformat: "e", automargin: true,
-      ...(range && !log ? { range, autorange: false } : {}) },
+      ...(range ? { range, autorange: false } : {}) },
     yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true },
   };
 }
@@ -166,35 +166,115 @@ function quantile(sorted, q) {
   return sorted[lo] + (sorted[Math.min(lo + 1, sorted.length - 1)] - sorted[lo]) * (i - lo);
 }
 
+/** How far beyond the median run's range (in that range's own size, or its level) a value still counts as
+    sane: a few runs at different levels (a loss at 2 beside one at 10) all stay in. */
+const SANE_REACH = 5;
+/** Within the sane runs, a single run's own blow-up (1e34 in a curve at 0.1..2.5): beyond this many times
+    the spread and level of the values, a value is off the chart. Wide: a steep start (10 down to 0.05) stays. */
+const BLOWUP_REACH = 1000;
+/** A run "spans decades" when its largest value is at least this many times its smallest (all positive). */
+const DECADES = 100;
+
+function finiteOf(values) {
+  return values.filter((v) => v !== null && v !== undefined && Number.isFinite(v));
+}
+
 /**
- * The y scale that keeps every run readable when one run's values are far off the others' (a diverged
- * run at 1e34 would flatten every other run to a line at 0): ``{log, range, note}``. Values beyond ten
- * interquartile ranges of all the runs' values are outliers; with outliers, a log scale when every value
- * is positive, else a range clipped to the rest (the outliers run off the chart, and the note says so).
- * ``note`` is null when the user's choice (or a linear scale) shows everything well.
+ * The y scale that keeps every run readable when one run's values are far off the others' (a diverged run
+ * at 1e34 would flatten every other run to a line at 0): ``{log, range, bounds, note}``.
+ *
+ * ``runs``: one array of values per run (a flat array of numbers is one run; null, NaN and Inf are skipped).
+ * The range is that of the sane values: those within a few times the *median* run's range of it (never the
+ * largest run's: one diverged run cannot stretch the axis), and, within them, no single blow-up a thousand
+ * times beyond the values' spread. What lies outside is off the chart; ``bounds`` (data units) are the drawn
+ * range, for ``leaveMarkers``, and the note under the chart says so. A log scale only when the user asks
+ * (``userLog``) or when every run spans decades by itself: never because one run blew up (then the others
+ * would be squeezed into a sliver). ``range`` is in the axis' units (log10 on a log axis); null: plotly's own.
  */
-export function chooseScale(values, userLog) {
-  const finite = values.filter((v) => v !== null && Number.isFinite(v)).sort((a, b) => a - b);
-  if (userLog || finite.length < 4) return { log: userLog, range: null, note: null };
-  const q1 = quantile(finite, 0.25);
-  const q3 = quantile(finite, 0.75);
-  const spread = q3 - q1 || Math.abs(quantile(finite, 0.5)) * 0.1 || 1;
-  const low = q1 - 10 * spread;
-  const high = q3 + 10 * spread;
-  const inside = finite.filter((v) => v >= low && v <= high);
-  const outside = finite.length - inside.length;
-  if (!outside) return { log: false, range: null, note: null };
-  const lo = finite[0];
-  const hi = finite[finite.length - 1];
-  if (lo > 0) return { log: true, range: null, note: `log scale, chosen because the values span ${fmtNum(lo)} to ${fmtNum(hi)}` };
-  const a = inside[0];
-  const b = inside[inside.length - 1];
-  const pad = (b - a) * 0.05 || Math.abs(b) * 0.05 || 1;
+export function chooseScale(runs, userLog = false) {
+  const list = runs.length && !Array.isArray(runs[0]) ? [runs] : runs;
+  const perRun = list.map(finiteOf).filter((r) => r.length);
+  const everyDecades = perRun.length > 0 && perRun.every((r) => r.length >= 2 && Math.min(...r) > 0 && Math.max(...r) / Math.min(...r) >= DECADES);
+  const log = Boolean(userLog) || everyDecades;
+  const all = perRun.flat();
+  const plain = { log, range: null, bounds: null, note: null };
+  if (all.length < 2) return plain;
+  if (!userLog && everyDecades) plain.note = "log scale: every run's values span decades";
+  // 1. the median run (the lower median: of two runs, the tamer one) and how far from it a sane value lies
+  const spans = perRun.map((r) => [Math.min(...r), Math.max(...r)]).sort((a, b) => (a[1] - a[0]) - (b[1] - b[0]));
+  const [mLo, mHi] = spans[Math.floor((spans.length - 1) / 2)];
+  const reach = SANE_REACH * (Math.max(mHi - mLo, Math.abs(mHi), Math.abs(mLo)) || 1);
+  let kept = all.filter((v) => v >= mLo - reach && v <= mHi + reach);
+  // 2. a blow-up inside one run (the panel's single run, or a sane run's spike)
+  if (kept.length >= 4) {
+    const sorted = [...kept].sort((a, b) => a - b);
+    const median = quantile(sorted, 0.5);
+    const far = BLOWUP_REACH * ((quantile(sorted, 0.75) - quantile(sorted, 0.25)) + Math.abs(median) || 1);
+    kept = kept.filter((v) => Math.abs(v - median) <= far);
+  }
+  if (log) kept = kept.filter((v) => v > 0);
+  const shown = log ? all.filter((v) => v > 0) : all; // a log axis cannot show 0 or below: not "off the chart"
+  const outside = shown.length - kept.length;
+  if (!outside || !kept.length) return plain;
+  const a = Math.min(...kept);
+  const b = Math.max(...kept);
+  const lo = Math.min(...shown);
+  const hi = Math.max(...shown);
+  let range;
+  let bounds;
+  if (log) {
+    const la = Math.log10(a);
+    const lb = Math.log10(b);
+    const pad = (lb - la) * 0.05 || 0.1;
+    range = [la - pad, lb + pad];
+    bounds = [10 ** range[0], 10 ** range[1]];
+  } else {
+    const pad = (b - a) * 0.05 || Math.abs(b) * 0.05 || 1;
+    range = [a - pad, b + pad];
+    bounds = range;
+  }
   return {
-    log: false,
-    range: [a - pad, b + pad],
-    note: `range clipped to ${fmtNum(a)} – ${fmtNum(b)}: ${outside} value${outside === 1 ? "" : "s"} off the chart (from ${fmtNum(lo)} to ${fmtNum(hi)})`,
+    log,
+    range,
+    bounds,
+    note: `${log ? "log scale, " : ""}range clipped to ${fmtNum(a)} – ${fmtNum(b)}: ${outside} value${outside === 1 ? "" : "s"} off the chart (from ${fmtNum(lo)} to ${fmtNum(hi)}); ▲ ▼ mark where a run leaves it`,
   };
+}
+
+/**
+ * Markers at the chart's top (▲) or bottom (▼) edge where a run leaves the drawn range (``scale.bounds``),
+ * one at the first point of each excursion, its hover giving the run, the step and the value.
+ * ``runs``: ``[{name, color, x, values}]`` (values as in ``columns``). No trace when nothing leaves it.
+ */
+export function leaveMarkers(runs, scale) {
+  if (!scale.bounds) return [];
+  const [low, high] = scale.bounds;
+  const traces = [];
+  for (const run of runs) {
+    const xs = [];
+    const ys = [];
+    const symbols = [];
+    const text = [];
+    let was = 0; // 0 inside, 1 above, -1 below
+    run.values.forEach((v, i) => {
+      const where = v === null || !Number.isFinite(v) ? was : v > high ? 1 : v < low ? -1 : 0;
+      if (where && where !== was) {
+        xs.push(run.x[i]);
+        ys.push(where > 0 ? 0.97 : 0.03);
+        symbols.push(where > 0 ? "triangle-up" : "triangle-down");
+        text.push(`${escapeMarkup(run.name)} leaves the chart ${where > 0 ? "above" : "below"}: ${fmtNum(v)}`);
+      }
+      was = where;
+    });
+    if (xs.length) {
+      traces.push({
+        x: xs, y: ys, yaxis: "y2", type: "scatter", mode: "markers", name: `${escapeMarkup(run.name)} off the chart`,
+        marker: { symbol: symbols, size: 10, color: run.color || PALETTE[0], line: { width: 1, color: css("--fg", "#1b1f24") } },
+        text, hovertemplate: "%{text}<extra></extra>", showlegend: false,
+      });
+    }
+  }
+  return traces;
 }
 
 export const CHART_CONFIG = {

@@ -4,7 +4,7 @@
 // blew up does not flatten the others (see chooseScale); a run that went NaN/Inf gets no ★.
 
 import { getJSON, historyPath, jobPath } from "./api.js";
-import { PALETTE, chartLayout, chooseScale, columns, draw, legendRows, loadPlotly, seriesTraces } from "./charts.js";
+import { PALETTE, chartLayout, chooseScale, columns, draw, leaveMarkers, legendRows, loadPlotly, seriesTraces } from "./charts.js";
 import { h, replace } from "./dom.js";
 import { DASH, betterDirection, fmtMoney, fmtNum, fmtOf, fmtPercent, healthLabel, metricOrder, num } from "./format.js";
 import { state, subscribe } from "./state.js";
@@ -131,17 +131,21 @@ export function renderCompare(main, keys) {
   function drawAll() {
     for (const [name, { div, note }] of charts) {
       const traces = [];
-      const values = [];
+      const series = [];
       const shown = [];
       keys.forEach((key, i) => {
         const run = runs.get(key);
         if (!run || !run.series[name]) return;
-        traces.push(...seriesTraces(run.series[name], { name: key, color: PALETTE[i % PALETTE.length], smoothing: prefs.smoothing }));
-        values.push(...columns(run.series[name]).values);
+        const color = PALETTE[i % PALETTE.length];
+        traces.push(...seriesTraces(run.series[name], { name: key, color, smoothing: prefs.smoothing }));
+        const c = columns(run.series[name]);
+        series.push({ name: key, color, x: c.steps, values: c.values });
         shown.push(key);
       });
       div.dataset.traces = String(traces.filter((t) => t.yaxis !== "y2" && !(prefs.smoothing && t.opacity < 1)).length);
-      const scale = chooseScale(values, prefs.log);
+      // the range of the sane runs (a diverged one never flattens the rest), marked where a run leaves it
+      const scale = chooseScale(series.map((r) => r.values), prefs.log);
+      traces.push(...leaveMarkers(series, scale));
       note.hidden = !scale.note;
       note.textContent = scale.note || "";
       const layout = chartLayout({ title: name, log: scale.log, range: scale.range, legend: true, legendRows: legendRows(shown, div.clientWidth), height: 260 });

@@ -71,6 +71,12 @@ export function noRateText(job) {
   return DASH;
 }
 
+/** A live rate as a person reads it: the number as sent, or "—" with why there is none. */
+export function fmtRate(job, value, digits = 3) {
+  const v = liveRate(job, value);
+  return v === null ? noRateText(job) : fmtNum(v, digits);
+}
+
 /**
  * The LOSS a list shows and its tooltip: the mean of the latest window of the loss metric
  * (``metric_means``: smooth, it does not jump with every batch) when the job view has it, else the last

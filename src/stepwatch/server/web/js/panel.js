@@ -2,11 +2,11 @@
 // events, hyperparameters, and the actions (checkpoint, stop) with a confirmation.
 
 import { getJSON, historyPath, jobPath, postJSON, putJSON } from "./api.js";
-import { chartLayout, chooseScale, columns, draw, loadPlotly, seriesTraces } from "./charts.js";
+import { chartLayout, chooseScale, columns, draw, leaveMarkers, loadPlotly, seriesTraces } from "./charts.js";
 import { h, replace } from "./dom.js";
 import {
   DASH, ENDED, HEALTH_STATES, JOB_STATES, evidenceFacts, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf,
-  fmtProgress, fmtValue, healthLabel, isEvalMetric, metricOrder, stateClass,
+  fmtProgress, fmtRate, fmtValue, healthLabel, isEvalMetric, metricOrder, shownPercent, stateClass,
 } from "./format.js";
 import { remaining } from "./list.js";
 import { state, subscribe } from "./state.js";
@@ -192,8 +192,9 @@ class Panel {
       ["Estimated finish", rest === null || ENDED.has(v.state) ? DASH : fmtDateTime(now + rest)],
       ["Completed steps", fmtOf(p.step, p.total_steps)],
       ["Epochs", p.epoch === null ? DASH : `${fmtNum(p.epoch, 3)}${p.total_epochs ? ` of ${fmtNum(p.total_epochs, 3)}` : ""}`],
-      ["Steps / s", fmtNum(p.steps_per_second, 3)],
-      ["Samples / s", fmtNum(p.samples_per_second, 3)],
+      // the server's rates as sent; a stalled or ended job has none ("—, stalled since 14:05")
+      ["Steps / s", fmtRate(v, p.steps_per_second)],
+      ["Samples / s", fmtRate(v, p.samples_per_second)],
       ["Elapsed", fmtDuration(v.times.elapsed_seconds === null ? null : v.times.elapsed_seconds + (ENDED.has(v.state) ? 0 : now - v._at))],
       ["Last report", v.times.last_report === null ? "never" : `${fmtDuration(now - v.times.last_report)} ago`],
       ["Ranks", String(p.world_size ?? 1)],
@@ -201,11 +202,11 @@ class Panel {
     if (v.eta && v.eta.reported_seconds !== null && v.eta.reported_seconds !== undefined) items.push(["ETA the job reported", fmtDuration(v.eta.reported_seconds)]);
     const summary = ENDED.has(v.state) ? reportedEnd(v) : null;
     if (summary) items.push(["OpenShift AI summary", summary]);
-    const percent = p.percent;
+    const percent = shownPercent(p.percent); // the bar and its number: one value, by the one rounding rule
     replace(this.progress,
       h("h3", { id: "p-progress" }, "Progress"),
       h("div", { class: "big-progress" },
-        h("div", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(Math.round(percent ?? 0)), "aria-label": "Progress" },
+        h("div", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(percent ?? 0), "aria-label": "Progress" },
           h("div", { class: "fill", style: { width: `${percent ?? 0}%` } })),
         h("span", { class: "pct", "data-testid": "panel-percent" }, fmtProgress(v.state, percent))),
       facts(items, { "data-testid": "progress-facts" }),
@@ -271,12 +272,18 @@ class Panel {
   renderCost() {
     const c = this.view.cost;
     const r = this.view.resources || {};
-    const known = c.rate_per_hour !== null;
+    // priced when the job said its GPUs and their price (an ended job has no hourly rate, but its cost stays)
+    const known = c.rate_per_hour !== null || (r.gpus > 0 && r.gpu_hour_cost > 0) || (c.spent !== null && c.spent !== undefined);
+    const ended = ENDED.has(this.view.state);
+    const price = r.gpus > 0 && r.gpu_hour_cost > 0 ? ` (${fmtNum(r.gpus, 3)} GPU × ${fmtMoney(r.gpu_hour_cost)})` : "";
+    // as sent: an ended job burns nothing now, whatever an older server still sent
+    const rate = ended || c.rate_per_hour === null || c.rate_per_hour === undefined
+      ? `${DASH}${ended ? ` (${this.view.state}; it cost${price})` : price}` : `${fmtMoney(c.rate_per_hour)}/h${price}`;
     replace(this.cost,
       h("h3", { id: "p-cost" }, "Cost"),
       known
         ? facts([
-          ["Rate", `${fmtMoney(c.rate_per_hour)}/h (${fmtNum(r.gpus, 3)} GPU × ${fmtMoney(r.gpu_hour_cost)})`],
+          ["Rate", rate],
           ["Spent", fmtMoney(c.spent)],
           ["Projected", fmtMoney(c.projected)],
           ["Wasted", `${fmtMoney(c.wasted)}${c.wasted_since ? ` since ${fmtClock(c.wasted_since)}` : ""}`, { class: c.wasted >= 0.005 ? "bad" : "" }], // red from a cent: "$0.00" in red reads as an alarm
@@ -393,8 +400,11 @@ class Panel {
     chart.dirty = false;
     chart.drawn = true;
     const traces = seriesTraces(this.series[name] || [], { name, xAxis: chartPrefs.xAxis, smoothing: chartPrefs.smoothing, band: chartPrefs.band });
-    // a blow-up (1e34) would flatten the rest of the curve: a log scale or a clipped range, said under the chart
-    const scale = chooseScale(columns(this.series[name] || []).values, chartPrefs.log);
+    // a blow-up (1e34) would flatten the rest of the curve: a clipped range, said under the chart and marked
+    // where the curve leaves it (a log scale only when asked for, or when the values span decades)
+    const c = columns(this.series[name] || []);
+    const scale = chooseScale([c.values], chartPrefs.log);
+    traces.push(...leaveMarkers([{ name, x: chartPrefs.xAxis === "time" ? c.times : c.steps, values: c.values }], scale));
     chart.note.hidden = !scale.note;
     chart.note.textContent = scale.note || "";
     const layout = chartLayout({ title: name, xAxis: chartPrefs.xAxis, log: scale.log, range: scale.range });

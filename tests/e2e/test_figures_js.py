@@ -1,0 +1,172 @@
+"""The dashboard's own rules for the figures it shows, run as the page runs them: the modules the server
+serves, imported in headless Chromium. One rounding rule for a percentage (one decimal, rounded down, 100 only
+at 100), the list's fixed tie order, the LOSS column's smoothed value, no live rate or hourly cost for a job
+that has ended or stands stalled, and the y scale that keeps a comparison readable beside a diverged run
+(clipped to the sane runs, marked where a run leaves it, log only when asked or when every run spans decades).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def run_module(page: Any, url: str, body: str) -> Any:
+    """Import the served modules in the page and return what ``body`` (an async function's body) returns."""
+    page.goto(url + "/")
+    page.wait_for_selector("table.jobs")
+    return page.evaluate(
+        "async () => { const F = await import('/ui/js/format.js'); const C = await import('/ui/js/charts.js');"
+        f" const L = await import('/ui/js/list.js'); {body} }}"
+    )
+
+
+def test_one_rounding_rule_for_a_percentage(page: Any, server: Any) -> None:
+    shown = run_module(
+        page,
+        server.url,
+        "return [9.96, 99.99, 100, 29.999999999999996, 0, 68.45, 3, null, 'NaN', 45]"
+        ".map((v) => [F.shownPercent(v), F.fmtPercent(v)]);",
+    )
+    assert shown == [
+        [9.9, "9.9%"],
+        [99.9, "99.9%"],
+        [100, "100%"],
+        [30, "30.0%"],
+        [0, "0%"],
+        [68.4, "68.4%"],
+        [3, "3.0%"],
+        [None, "—"],
+        [None, "—"],
+        [45, "45.0%"],
+    ]
+    ended = run_module(
+        page,
+        server.url,
+        "return [F.fmtProgress('stopped', 68.45), F.fmtProgress('failed', 99.99), F.fmtProgress('finished', 100),"
+        " F.fmtProgress('running', 9.96)];",
+    )
+    assert ended == ["ended at 68.4%", "ended at 99.9%", "100%", "9.9%"]
+
+
+def test_ties_keep_a_fixed_order_and_unknown_values_go_last(page: Any, server: Any) -> None:
+    orders = run_module(
+        page,
+        server.url,
+        """
+        const job = (namespace, name, attempt = 1) => ({namespace, name, attempt});
+        const rows = () => [[1, 'b/x', job('b', 'x')], [1, 'a/y', job('a', 'y')], [null, 'a/a', job('a', 'a')],
+                            [2, 'a/z', job('a', 'z')], [1, 'a/x', job('a', 'x')]];
+        return [L.sortRows(rows(), false).map((r) => r[1]), L.sortRows(rows(), true).map((r) => r[1]),
+                L.sortRows(rows().reverse(), false).map((r) => r[1])];
+        """,
+    )
+    ascending, descending, from_reversed = orders
+    assert ascending == ["a/x", "a/y", "b/x", "a/z", "a/a"]
+    assert descending == ["a/z", "a/x", "a/y", "b/x", "a/a"]  # ties in the same fixed order either way
+    assert from_reversed == ascending  # the order of arrival changes nothing
+
+
+def test_loss_rates_and_cost_as_the_server_sends_them(page: Any, server: Any) -> None:
+    out = run_module(
+        page,
+        server.url,
+        """
+        const running = {state: 'running', health: {state: 'healthy'}, metrics: {loss: 0.91, lr: 1e-4},
+                         metric_means: {loss: 0.4321}};
+        const stalled = {state: 'running', health: {state: 'stalled', since: 1e9}};
+        const stopped = {state: 'stopped', health: {state: 'healthy'}, metrics: {loss: 0.5}};
+        return {
+          mean: F.lossFigure(running), last: F.lossFigure(stopped),
+          rates: [F.liveRate(running, 12.5), F.liveRate(stalled, 18.9), F.liveRate(stopped, 19.7)],
+          texts: [F.fmtRate(running, 12.5), F.fmtRate(stalled, 18.9), F.fmtRate(stopped, 19.7)],
+        };
+        """,
+    )
+    assert out["mean"] == {"metric": "loss", "value": 0.4321, "last": 0.91, "smoothed": True}
+    assert out["last"] == {"metric": "loss", "value": 0.5, "last": 0.5, "smoothed": False}
+    assert out["rates"] == [12.5, None, None]
+    running, stalled, stopped = out["texts"]
+    assert running == "12.5"
+    assert stalled.startswith("— (stalled since ") and stopped == "— (stopped)"
+
+
+SCALES = """
+const scale = (runs, log = false) => { const s = C.chooseScale(runs, log); return [s.log, s.range, s.note]; };
+const lr = [5e-5, 4e-5, 3e-5, 2e-5, 1e-5, 0];
+return {
+  diverged: scale([[2.5, 1.25, 0.8, 0.5, 0.4, 0.31], [0.7, 0.5, 0.3, 0.2, 0.1], [2.5, 1.2, 0.8, 1e34, 3.4e34, 0]]),
+  diverged_positive: scale([[2.5, 1.25, 0.8, 0.5, 0.4], [0.7, 0.5, 0.3, 0.2, 0.1], [2.5, 1.2, 1e34, 3.4e34]]),
+  asked_log: scale([[2.5, 1.25, 0.8, 0.5, 0.4], [0.7, 0.5, 0.3, 0.2, 0.1], [2.5, 1.2, 1e34, 3.4e34]], true),
+  learning_rate: scale([lr, lr.map((v) => 2 * v), [20, 20, 20, 20]]),
+  auc: scale([[0.88, 0.9, 0.91, 0.92, 0.915], [0.89, 0.9, 0.905, 0.91]]),
+  decades: scale([[10, 1, 0.1, 0.05], [8, 0.5, 0.04, 0.03]]),
+  one_run_blows_up: scale([[2.5, 1.25, 0.8, 0.6, 0.5, 0.4, 0.35, 0.31, 1e34, 3.4e34, 0, null, NaN]]),
+  steep_start: scale([[10, 5, 1, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]]),  // 50x: not decades
+  two_levels: scale([[2.0, 1.5, 1.0, 0.5], [10, 8, 6, 5]]),
+  markers: C.leaveMarkers([{name: 'a<b', x: [10, 20, 30, 40, 50, 60], values: [1, 2, 1e34, 3e34, 1, 1e34]},
+                           {name: 'ok', x: [10, 20], values: [1, 2]}], {bounds: [0, 3]})
+    .map((t) => [t.x, t.marker.symbol, t.text]),
+};
+"""
+
+
+def test_a_diverged_run_never_flattens_the_others(page: Any, server: Any) -> None:
+    s = run_module(page, server.url, SCALES)
+    # clipped to the sane runs, linear (no log scale because one run blew up), said in the note
+    log, (low, high), note = s["diverged"]
+    assert not log and low < 0.1 and 2.5 < high < 3, s["diverged"]
+    assert "clipped" in note and "off the chart" in note
+    log, (low, high), _ = s["diverged_positive"]
+    assert not log and high < 3, s["diverged_positive"]
+    # the user asked for a log scale: log it is, and still clipped (in decades) to the sane runs
+    log, (low, high), _ = s["asked_log"]
+    assert log and -1.2 < low < -1 and 0.4 < high < 0.5, s["asked_log"]
+    # a learning rate with one run at 20: the others' 0..1e-4 fill the chart
+    log, (low, high), _ = s["learning_rate"]
+    assert not log and high < 2e-4, s["learning_rate"]
+    # a narrow flat series stays linear, on plotly's own range (readable ticks: 0.88, 0.89, ...)
+    assert s["auc"] == [False, None, None]
+    # every run spans decades: a log scale, said so; one run's steep start is not clipped
+    assert s["decades"][0] is True and s["decades"][1] is None and "decades" in s["decades"][2]
+    assert s["steep_start"] == [False, None, None]
+    # one run's own blow-up (the side panel's chart) is off its chart
+    log, (low, high), note = s["one_run_blows_up"]
+    assert not log and high < 3 and "2 values off the chart" in note, s["one_run_blows_up"]
+    # runs at different levels are all sane
+    assert s["two_levels"] == [False, None, None]
+
+
+def test_markers_show_where_a_run_leaves_the_range(page: Any, server: Any) -> None:
+    markers = run_module(page, server.url, SCALES)["markers"]
+    assert len(markers) == 1  # the run that stays inside has none
+    x, symbols, text = markers[0]
+    assert x == [30, 60] and symbols == ["triangle-up", "triangle-up"]  # the first point of each excursion
+    assert text[0] == "a&lt;b leaves the chart above: 1e+34"
+
+
+@pytest.mark.parametrize("end", ["stopped", "finished"])
+def test_the_panel_of_an_ended_job_shows_no_live_rate_and_no_hourly_cost(page: Any, fleet: Any, end: str) -> None:
+    fleet.register("ends", "team", total_steps=1000, gpus=2, gpu_hour_cost=3.0)
+    for step in range(50, 700, 50):
+        fleet.report("ends", step, {"loss": 1.0 / step}, "team", total_steps=1000)
+    fleet.report("ends", 684, {"loss": 0.002}, "team", total_steps=1000, state=end)
+    page.goto(f"{fleet.url}/#/?job=team%2Fends")
+    page.wait_for_selector("#panel h2:text-is('ends')")
+    page.wait_for_selector("#panel [data-testid=cost]")
+    facts = dict(
+        page.evaluate(
+            "[...document.querySelectorAll('#panel dl.facts > div')]"
+            ".map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent])"
+        )
+    )
+    assert facts["Steps / s"] == f"— ({end})", facts
+    assert facts["Rate"].startswith(f"— ({end}"), facts
+    assert facts["Spent"].startswith("$"), facts
+    assert page.locator("[data-testid=panel-percent]").inner_text() == "ended at 68.4%"
+    bar = page.evaluate(
+        "(() => { const b = document.querySelector('#panel .big-progress .bar'); "
+        "return 100 * b.firstChild.getBoundingClientRect().width / b.getBoundingClientRect().width; })()"
+    )
+    assert abs(bar - 68.4) < 1, bar
