@@ -380,6 +380,10 @@ class MetricWindow:
     @classmethod
     def from_dict(cls, data: object, field: str = "metric") -> MetricWindow:
         """Validate and read one window."""
+        if type(data) is dict:
+            fast = _window_at_once(cls, data)
+            if fast is not None:
+                return fast
         obj = _object(data, field)
         with _prefix(field):
             return cls(
@@ -457,6 +461,10 @@ class Identity:
     @classmethod
     def from_dict(cls, data: object, field: str = "identity") -> Identity:
         """Validate and read an identity."""
+        if type(data) is dict:
+            fast = _identity_at_once(cls, data)
+            if fast is not None:
+                return fast
         obj = _object(data, field)
         with _prefix(field):
             return cls(
@@ -518,6 +526,10 @@ class Progress:
     @classmethod
     def from_dict(cls, data: object, field: str = "progress") -> Progress:
         """Validate and read a progress object."""
+        if type(data) is dict:
+            fast = _progress_at_once(cls, data)
+            if fast is not None:
+                return fast
         obj = _object(data, field)
         with _prefix(field):
             return cls(**{k: obj.get(k) for k in _PROGRESS_FIELDS})
@@ -802,21 +814,26 @@ class Report:
             shares = _object(shares, "activity_shares")
             if len(shares) > len(ACTIVITIES):
                 raise ProtocolError("activity_shares", f"at most {len(ACTIVITIES)} activities, got {len(shares)}")
-        return cls(
-            run_id=_required(obj, "run_id"),
-            seq=_required(obj, "seq"),
-            sent_at=_required(obj, "sent_at"),
-            identity=Identity.from_dict(obj.get("identity", {})),
-            progress=Progress.from_dict(obj.get("progress", {})),
-            metrics=tuple(MetricWindow.from_dict(m, f"metrics[{i}]") for i, m in enumerate(metrics)),
-            params=params,
-            acks=tuple(acks),
-            state=obj.get("state", "running"),
-            reason=obj.get("reason", ""),
-            gpus=tuple(GpuReading.from_dict(g, f"gpus[{i}]") for i, g in enumerate(gpus)),
-            where=None if where is None else Where.from_dict(where),
-            activity_shares=shares,
-        )
+        fields = {
+            "run_id": _required(obj, "run_id"),
+            "seq": _required(obj, "seq"),
+            "sent_at": _required(obj, "sent_at"),
+            "identity": Identity.from_dict(obj.get("identity", {})),
+            "progress": Progress.from_dict(obj.get("progress", {})),
+            "metrics": tuple([MetricWindow.from_dict(m, f"metrics[{i}]") for i, m in enumerate(metrics)]),
+            "params": params,
+            "acks": tuple(acks),
+            "state": obj.get("state", "running"),
+            "reason": obj.get("reason", ""),
+            "gpus": tuple([GpuReading.from_dict(g, f"gpus[{i}]") for i, g in enumerate(gpus)]),
+            "where": None if where is None else Where.from_dict(where),
+            "activity_shares": shares,
+        }
+        # every field is given: what the frozen __init__ would do is set them one call each, then check
+        report = object.__new__(cls)
+        report.__dict__.update(fields)
+        report.__post_init__()
+        return report
 
 
 @dataclass(frozen=True)
@@ -1117,6 +1134,129 @@ def _object(data: object, field: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ProtocolError(field, f"must be a JSON object, got {type(data).__name__}")
     return data
+
+
+_KNOWN_METRIC_NAMES: set[str] = set()
+"""Metric names already found valid (a server reads the same few names in every report); bounded."""
+
+
+def _window_at_once(cls: type[MetricWindow], obj: dict[str, Any]) -> MetricWindow | None:
+    """The window of a JSON object in the shape the report core sends (finite floats, integer counts and
+    steps, every field present), checked in one pass and built without ``__init__``; ``None`` for
+    anything else, which :meth:`MetricWindow.from_dict` then reads field by field (so every error keeps
+    its words and its field). It accepts exactly what ``__post_init__`` would, and builds the same
+    window: a server reads five to fifty of these per report."""
+    try:
+        name, last, lo, hi, mean = obj["name"], obj["last"], obj["min"], obj["max"], obj["mean"]
+        count, nonfinite, first_step, last_step = obj["count"], obj["nonfinite"], obj["first_step"], obj["last_step"]
+    except KeyError:
+        return None
+    top = LIMITS.max_integer
+    if not (
+        type(name) is str
+        and type(last) is float
+        and type(lo) is float
+        and type(hi) is float
+        and type(mean) is float
+        and type(count) is int
+        and type(nonfinite) is int
+        and type(first_step) is int
+        and type(last_step) is int
+        and 0 <= nonfinite < count <= top
+        and 0 <= first_step <= last_step <= top
+        and _isfinite(lo)
+        and _isfinite(hi)
+        and _isfinite(mean)
+        and lo <= hi
+    ):
+        return None
+    if name not in _KNOWN_METRIC_NAMES:
+        if not is_valid_metric_name(name):
+            return None
+        if len(_KNOWN_METRIC_NAMES) >= 4096:
+            _KNOWN_METRIC_NAMES.clear()
+        _KNOWN_METRIC_NAMES.add(name)
+    window = object.__new__(cls)
+    window.__dict__.update(
+        name=name,
+        last=last,
+        min=lo,
+        max=hi,
+        mean=mean,
+        count=count,
+        nonfinite=nonfinite,
+        first_step=first_step,
+        last_step=last_step,
+    )
+    return window
+
+
+_isfinite = math.isfinite
+
+
+def _identity_at_once(cls: type[Identity], obj: dict[str, Any]) -> Identity | None:
+    """An identity of plain in-range integers and a short host, built in one pass (as
+    :func:`_window_at_once`); ``None`` for anything else, read field by field."""
+    rank, world_size, local_rank = obj.get("rank", 0), obj.get("world_size", 1), obj.get("local_rank", 0)
+    host, pid = obj.get("host", ""), obj.get("pid", 0)
+    most = LIMITS.max_world_size
+    if not (
+        type(rank) is int
+        and type(world_size) is int
+        and type(local_rank) is int
+        and type(pid) is int
+        and type(host) is str
+        and 0 <= rank < world_size <= most
+        and 0 <= local_rank <= most
+        and 0 <= pid <= LIMITS.max_integer
+        and len(host) <= LIMITS.max_host_length
+    ):
+        return None
+    identity = object.__new__(cls)
+    identity.__dict__.update(rank=rank, world_size=world_size, local_rank=local_rank, host=host, pid=pid)
+    return identity
+
+
+_PROGRESS_INTEGERS: Final = (("step", 0), ("total_steps", 1), ("samples", 0))
+_PROGRESS_NUMBERS: Final = (
+    "epoch",
+    "steps_per_second",
+    "samples_per_second",
+    "step_time",
+    "eta_seconds",
+    "phase_seconds",
+)
+
+
+def _progress_at_once(cls: type[Progress], obj: dict[str, Any]) -> Progress | None:
+    """A progress object of plain in-range integers and finite non-negative floats, built in one pass (as
+    :func:`_window_at_once`); ``None`` for anything else, read field by field."""
+    top = LIMITS.max_integer
+    values = {k: obj.get(k) for k in _PROGRESS_FIELDS}
+    for key, least in _PROGRESS_INTEGERS:
+        value = values[key]
+        if value is not None and not (type(value) is int and least <= value <= top):
+            return None
+    for key in _PROGRESS_NUMBERS:
+        value = values[key]
+        if value is not None and not _plain_number(value):
+            return None
+    total_epochs, phase = values["total_epochs"], values["phase"]
+    if total_epochs is not None and not (_plain_number(total_epochs) and total_epochs > 0):
+        return None
+    if phase is not None and phase not in PHASES:
+        return None
+    progress = object.__new__(cls)
+    progress.__dict__.update(values)
+    return progress
+
+
+def _plain_number(value: object) -> bool:
+    """A finite float >= 0, or an integer from 0 to the largest exact one: a number ``_check_number``
+    takes with ``minimum=0.0`` (and a few it would take, such as huge integers, left to it)."""
+    if type(value) is float:
+        return _isfinite(value) and value >= 0.0
+    return type(value) is int and 0 <= value <= LIMITS.max_integer
 
 
 def _array(data: object, field: str, limit: int) -> list[Any]:

@@ -23,7 +23,25 @@ from typing import Any
 
 from ..serving.memory import release_memory_soon
 
-__all__ = ["Broadcaster", "TooManyStreams", "Update"]
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is in the server extra
+    orjson = None  # type: ignore[assignment]
+
+__all__ = ["Broadcaster", "TooManyStreams", "Update", "encode_json"]
+
+
+def encode_json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """Compact JSON text of what is published (already JSON-safe: the views write non-finite floats as
+    strings), by orjson where it can (~5x the standard encoder: every report publishes two or three);
+    the standard encoder for what orjson refuses (an integer beyond 64 bits, an unknown type).
+    ``default``: what an object of another type becomes, as in :func:`json.dumps`."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(value, default=default).decode()
+        except TypeError:
+            pass
+    return json.dumps(value, separators=(",", ":"), default=default)
 
 _log = logging.getLogger("stepwatch.server")
 
@@ -44,7 +62,7 @@ class Update:
         """The update as a server-sent event."""
         if self.text:
             return self.text
-        payload = json.dumps({"namespace": self.namespace, "name": self.name, **self.data}, separators=(",", ":"))
+        payload = encode_json({"namespace": self.namespace, "name": self.name, **self.data})
         return f"id: {self.id}\nevent: {self.kind}\ndata: {payload}\n\n"
 
 
@@ -132,7 +150,7 @@ class Broadcaster:
         ``relayed``: the update was published by another replica (it is not relayed again).
         """
         uid = next(self._ids)
-        payload = json.dumps({"namespace": namespace, "name": name, **data}, separators=(",", ":"))
+        payload = encode_json({"namespace": namespace, "name": name, **data})
         text = f"id: {uid}\nevent: {kind}\ndata: {payload}\n\n"
         update = Update(uid, kind, namespace, name, data, text)
         if not relayed:

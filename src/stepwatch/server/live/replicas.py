@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ..store import Store, StoreError
-from .broadcaster import Broadcaster, Update
+from .broadcaster import Broadcaster, Update, encode_json
 
 if TYPE_CHECKING:
     from ..store.postgres import PostgresStore
@@ -94,7 +94,7 @@ class ReplicaBridge:
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
         message = {"o": self.origin, "k": update.kind, "ns": update.namespace, "n": update.name, "d": update.data}
-        self._queue.append(json.dumps(message, separators=(",", ":"), default=str))
+        self._queue.append(encode_json(message, default=str))
         self._wake.set()
 
     async def _send_forever(self) -> None:
