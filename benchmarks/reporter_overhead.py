@@ -16,6 +16,8 @@ b. peers: the same per-step logging with mlflow (sync, async), TensorBoard, wand
 c. memory: RSS growth over 1,000,000 steps (fresh subprocess), and RSS over time with the server
    unreachable.
 d. ``import stepwatch``: wall time over fresh interpreters, ``-X importtime``, non-stdlib modules.
+e. where a rank stands: the stack sampler on vs off in the same run (``init(where=...)``): the hot
+   path per call, whole loops of Python-bound steps 40 frames deep, and the cost of one stack read.
 
 Every figure is measured here, in this run; nothing is read back from an earlier run.
 """
@@ -1001,6 +1003,136 @@ def print_import(imp: dict[str, Any]) -> None:
     )
 
 
+# ------------------------------------------------------------- e. where a rank stands: sampler on vs off
+
+TARGET_WHERE_RATIO = 1.02
+"""The sampler may cost a loop at most 2 % per step (issue 29)."""
+
+
+def python_work(n: int) -> float:
+    """A step's own work in Python (the GIL held, as a data pipeline or a small model's host code holds it)."""
+    x = 0.0
+    for i in range(n):
+        x += i * 0.5
+    return x
+
+
+def nested(depth: int, then: Callable[[], Any]) -> Any:
+    """Call ``then`` ``depth`` frames deep: the stack a trainer, its callbacks and a model give the sampler."""
+    return then() if depth <= 0 else nested(depth - 1, then)
+
+
+def where_loop(sink: Any, where: bool, steps: int, work: int, depth: int) -> tuple[float, float, int]:
+    """Wall and CPU µs per step of one loop with the sampler on or off, and the stacks it read."""
+    import stepwatch
+
+    run = stepwatch.init(job="bench-where", url=sink.url, interval=2.0, where=where)
+    sampler = run._sender.where if run._sender is not None else None
+
+    def loop() -> None:
+        for i in range(steps):
+            python_work(work)
+            run.step(loss=1.0 / (i + 1))
+
+    gc.collect()
+    w0, c0 = time.perf_counter(), time.process_time()
+    nested(depth, loop)
+    w1, c1 = time.perf_counter(), time.process_time()
+    run.finish()
+    return (w1 - w0) * 1e6 / steps, (c1 - c0) * 1e6 / steps, sampler.reads if sampler is not None else 0
+
+
+def sampler_read_cost(depth: int, reads: int = 2000) -> dict[str, float]:
+    """µs of one stack read (activity only: the shares; full reading: a standing step) of a thread ``depth`` deep."""
+    from stepwatch._where import StackReader
+
+    release = threading.Event()
+    thread = threading.Thread(target=nested, args=(depth, release.wait), daemon=True)
+    thread.start()
+    time.sleep(0.2)
+    frame = sys._current_frames()[thread.ident or 0]
+    reader = StackReader()
+    t0 = time.perf_counter()
+    reader.read(frame, 1.0)
+    cold = (time.perf_counter() - t0) * 1e6
+    activity, reading = [], []
+    for _ in range(reads):
+        t0 = time.perf_counter_ns()
+        reader.activity(frame)
+        t1 = time.perf_counter_ns()
+        reader.read(frame, 1.0)
+        reading.append((time.perf_counter_ns() - t1) / 1000)
+        activity.append((t1 - t0) / 1000)
+    release.set()
+    return {"cold_us": cold, "activity_us": statistics.median(activity), "reading_us": statistics.median(reading)}
+
+
+def section_where(sink: Any, scale: float, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The sampler on vs off in the same run: the hot path per call, whole loops per step, one read's cost."""
+    progress("e. where a rank stands: the sampler on vs off")
+    from stepwatch._run import Run
+    from stepwatch._setup import plan_run
+
+    out: dict[str, Any] = {}
+    # two live runs side by side (init() would finish the first): the hot path with and without a sampler
+    on = Run(plan_run({"job": "bench-where-on", "url": sink.url, "interval": 2.0, "where": True}))
+    off = Run(plan_run({"job": "bench-where-off", "url": sink.url, "interval": 2.0, "where": False}))
+    row = interleaved(on, off, "obj.step(loss=a, lr=b)", (0.5, 0.001), rounds=7, batches=max(50, int(1000 * scale)))
+    on.finish()
+    off.finish()
+    out["hot_path"] = {
+        "on_us": row["stepwatch_us"]["median"],
+        "off_us": row["empty_us"]["median"],
+        "ratio": row["ratio"],
+    }
+    # ~40 µs of Python per step, ~5 s per loop at scale 1: each loop sees a few ticks of the sampler
+    depth, work = 40, 1000
+    steps = max(10_000, int(120_000 * scale))
+    reps = 7
+    loops: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+    for r in range(reps):  # alternated, so that drift of a shared machine falls on both sides
+        for where in (True, False) if r % 2 == 0 else (False, True):
+            loops[where].append(where_loop(sink, where, steps, work, depth))
+    for where, key in ((True, "on"), (False, "off")):
+        out[f"loop_{key}_wall_us"] = statistics.median(x[0] for x in loops[where])
+        out[f"loop_{key}_cpu_us"] = statistics.median(x[1] for x in loops[where])
+        out[f"loop_{key}_reads"] = statistics.median(x[2] for x in loops[where])
+    out["loop_ratio"] = out["loop_on_wall_us"] / out["loop_off_wall_us"]
+    out["loop_cpu_ratio"] = out["loop_on_cpu_us"] / out["loop_off_cpu_us"]
+    out["loop_round_ratios"] = [a[0] / b[0] for a, b in zip(loops[True], loops[False], strict=True)]
+    out["loop"] = {"steps": steps, "reps": reps, "stack_depth": depth, "python_work_iterations": work}
+    out["read"] = sampler_read_cost(depth)
+    return out
+
+
+def print_where(res: dict[str, Any]) -> None:
+    def row(label: str, on: float, off: float, ratio: str, digits: int = 2) -> None:
+        print(f"| {label:52} | {on:10.{digits}f} | {off:10.{digits}f} | {ratio:>7} |")
+
+    print("\ne. where a rank stands: the sampler on vs off, same run (target: per step within 2 %)\n")
+    print(f"| {'':52} | {'on':>10} | {'off':>10} | {'on/off':>7} |")
+    print(f"|{'-' * 54}|{'-' * 12}|{'-' * 12}|{'-' * 9}|")
+    hot = res["hot_path"]
+    row("run.step(loss, lr), µs per call (median)", hot["on_us"], hot["off_us"], f"{hot['ratio']:.3f}", 3)
+    loop = res["loop"]
+    label = f"loop of {loop['steps']:,} steps {loop['stack_depth']} frames deep, µs per step"
+    row(label, res["loop_on_wall_us"], res["loop_off_wall_us"], f"{res['loop_ratio']:.3f}")
+    cpu = res["loop_cpu_ratio"]
+    row("  CPU µs per step (process, all threads)", res["loop_on_cpu_us"], res["loop_off_cpu_us"], f"{cpu:.3f}")
+    row("  stacks read per loop (median)", res["loop_on_reads"], res["loop_off_reads"], "", 0)
+    ratios = ", ".join(f"{r:.3f}" for r in res["loop_round_ratios"])
+    print(f"\nper-round wall ratios: {ratios}")
+    # CPU time of the whole process is the judge: it counts the sampler's own work and, unlike wall
+    # time, not what other tenants of a shared machine take
+    print(f"per-step CPU within 2 %: {verdict(cpu <= TARGET_WHERE_RATIO)}")
+    read = res["read"]
+    print(
+        f"one read of a {loop['stack_depth']}-frame stack: activity {read['activity_us']:.1f} µs, full reading "
+        f"{read['reading_us']:.1f} µs (first, cold cache: {read['cold_us']:.0f} µs); at 1 read/s that is "
+        f"{read['activity_us'] / 1e4:.4f} % of one core"
+    )
+
+
 # ----------------------------------------------------------------------------------------- main
 
 CHILDREN: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -1022,7 +1154,9 @@ def main(argv: list[str] | None = None) -> int:
         "--scale", type=float, default=1.0, help="scale the number of calls and peer steps (0.1 for a quick look)"
     )
     parser.add_argument(
-        "--sections", default="abcd", help="which sections to run (letters a-d; b uses a's figure when both run)"
+        "--sections",
+        default="abcde",
+        help="which sections to run (letters a-e; b uses a's figure when both run; e: the sampler on vs off)",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-args", help=argparse.SUPPRESS)
@@ -1064,6 +1198,8 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"c. memory ({opts.unreachable_seconds:.0f} s with the server unreachable)")
             results["memory"] = mem = section_memory(sink, opts.memory_steps, opts.unreachable_seconds)
             print_memory(mem)
+        if "e" in opts.sections:
+            print_where(results.setdefault("where", section_where(sink, opts.scale, progress)))
     if "import" in results:
         print_import(results["import"])
     results["elapsed_s"] = time.perf_counter() - started

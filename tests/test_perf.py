@@ -171,3 +171,46 @@ def test_import_loads_only_the_stdlib_and_is_cheap() -> None:
         diffs.append(with_import - bare)
     cost = statistics.median(diffs)
     assert cost < 150, f"import stepwatch costs {cost:.0f} ms over a bare interpreter (target < 50 ms)"
+
+
+def _python_work(n: int) -> float:
+    x = 0.0
+    for i in range(n):
+        x += i * 0.5
+    return x
+
+
+def _nested(depth: int, then: Callable[[], Any]) -> Any:
+    return then() if depth <= 0 else _nested(depth - 1, then)
+
+
+def test_the_where_sampler_costs_a_loop_no_measurable_cpu(sink: ReportSink) -> None:
+    """Loops 40 frames deep with the stack sampler on (read 20x more often than it is) and off, alternated.
+
+    Process CPU per step, not wall time: it counts the sampler's own work in the sender thread and not
+    what other tenants of a shared machine take. Target: within 2 % (benchmarks/reporter_overhead.py, e).
+    """
+    steps, work = 20_000, 300
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    reads = 0
+    for r in range(6):
+        for where in (True, False) if r % 2 == 0 else (False, True):
+            run = stepwatch.init(job="perf-where", url=sink.url, interval=2.0, where=where)
+            sampler = run._sender.where if run._sender is not None else None
+            assert (sampler is not None) == where
+            if sampler is not None:
+                sampler.period = 0.05  # 20 reads a second: a read that got expensive shows here
+
+            def loop(run: stepwatch.Run = run) -> None:
+                for i in range(steps):
+                    _python_work(work)
+                    run.step(loss=1.0 / (i + 1))
+
+            c0 = time.process_time()
+            _nested(40, loop)
+            cpu[where].append((time.process_time() - c0) / steps)
+            run.finish()
+            reads += sampler.reads if sampler is not None else 0
+    assert reads >= 6, f"the sampler read {reads} stacks: it did not run"
+    ratio = statistics.median(cpu[True]) / statistics.median(cpu[False])
+    assert ratio <= 1.10, f"CPU per step with the sampler on / off: {ratio:.3f} (target <= 1.02)"

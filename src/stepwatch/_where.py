@@ -332,6 +332,8 @@ class WhereSampler:
         self._where: Where | None = None
         self._samples = 0
         self._counts: dict[str, int] = {}
+        self.reads = 0
+        """Stacks read so far (for benchmarks and tests: the sampler really ran)."""
 
     @property
     def standing(self) -> bool:
@@ -379,6 +381,7 @@ class WhereSampler:
         if reader is None:
             reader = self._reader = StackReader(self._cwd)
         began = False
+        self.reads += 1
         if standing:
             began = self._where is None
             self._samples += 1
@@ -410,10 +413,3 @@ class WhereSampler:
         if not total:
             return None
         return {activity: round(n / total, 4) for activity, n in counts.items()}
-
-    def reset_after_fork(self) -> None:
-        """In a forked child: forget the parent's step and readings (the thread that trains may differ)."""
-        self._step, self._changed_at, self._where, self._samples = None, None, None, 0
-        self._durations.clear()
-        self._counts = {}
-        self._next = 0.0
