@@ -217,6 +217,11 @@ def test_every_reader_shows_the_same_figures(  # noqa: PLR0915 - one moment, eve
         assert job.percent == view["progress"]["percent"] and job.progress.step == view["progress"]["step"]
         assert job.progress.steps_per_second == rate and job.cost.wasted == cost["wasted"]
         assert job.cost.spent == cost["spent"] and job.cost.rate_per_hour == cost["rate_per_hour"]
+        spans = job.health_history or []
+        assert [s.covers for s in spans] == [(s["start"], s["end"]) for s in view["health_history"]]
+        assert sum(b - a for a, b in (s.covers or (0.0, 0.0) for s in spans)) == pytest.approx(
+            view["times"]["elapsed_seconds"]
+        )
         # Prometheus, for the jobs it lists (the live ones)
         if view["state"] == "running":
             ratio = _sample(metrics, "stepwatch_job_progress_ratio", name)
@@ -224,15 +229,13 @@ def test_every_reader_shows_the_same_figures(  # noqa: PLR0915 - one moment, eve
             assert _sample(metrics, "stepwatch_job_cost_spent_usd", name) == pytest.approx(cost["spent"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api/prometheus.py (H4b's) computes its own rate: eta_rate or steps_per_second, also for a stalled job; "
-    "it should use views.figures.live_steps_per_second (and leave the sample out when None)",
-)
 def test_prometheus_has_no_rate_for_a_stalled_job(board: tuple[str, FakeClock]) -> None:
     url, _ = board
     metrics = httpx.get(f"{url}/metrics", timeout=10).text
-    assert _sample(metrics, "stepwatch_job_steps_per_second", "hangs") is None
+    assert _sample(metrics, "stepwatch_job_steps_per_second", "hangs") is None  # views.figures' rate, as everywhere
+    assert _sample(metrics, "stepwatch_job_steps_per_second", "runs") == pytest.approx(
+        _views(url)["runs"]["progress"]["steps_per_second"]
+    )
 
 
 def _sample(text: str, metric: str, job: str) -> float | None:

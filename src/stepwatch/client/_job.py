@@ -153,7 +153,10 @@ class HealthSpan:
     """One verdict a job had, kept after it recovers or ends: its state, when it was recorded
     (``start``) and replaced (``end``: ``None`` while it stands), when the analysis says it began
     (``since``: for ``not_learning`` the last real improvement, before ``start``), how long it stood,
-    what that time cost and how much of it was wasted (``None``: no price)."""
+    what that time cost and how much of it was wasted (``None``: no price). ``covers`` is the time it covers on
+    the job's health timeline (``(from, to)``: no overlap with the others, no gap, adding up to the job's elapsed
+    time; a verdict that reaches back, like a plateau from its last real improvement, covers from its ``since``);
+    ``seconds`` is its length. A time with no verdict is a span of state ``unknown``."""
 
     state: str
     start: float | None = None
@@ -164,6 +167,7 @@ class HealthSpan:
     seconds: float | None = None
     cost: float | None = None
     wasted: float | None = None
+    covers: tuple[float, float] | None = None
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str = "health_history[]") -> HealthSpan:
@@ -178,7 +182,13 @@ class HealthSpan:
             seconds=opt_float(obj, "seconds", where),
             cost=opt_float(obj, "cost", where),
             wasted=opt_float(obj, "wasted", where),
+            covers=_covers(obj, where),
         )
+
+
+def _covers(obj: Mapping[str, Any], where: str) -> tuple[float, float] | None:
+    start, end = opt_float(obj, "start", where), opt_float(obj, "end", where)
+    return (start, end) if start is not None and end is not None else None
 
 
 @dataclass(frozen=True)
