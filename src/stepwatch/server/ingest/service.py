@@ -91,7 +91,7 @@ async def ingest_status(svc: Services, job: Job, status: TrainerStatus, now: flo
         # the status is in the samples already: estimate from the ones before it, plus it
         eta = await estimate(svc, result.job, step, now, before=now)
         await blocking(svc.store.set_estimate, result.job.id, eta[0], eta[1], now)
-        result = replace(result, job=replace(result.job, eta_seconds=eta[0], eta_rate=eta[1], eta_at=now))
+        result = replace(result, job=result.job.changed(eta_seconds=eta[0], eta_rate=eta[1], eta_at=now))
     return await _take_effect(svc, result, now, _Reporter(0, step, result.job.total_steps))
 
 
@@ -121,7 +121,7 @@ async def _estimate_for(svc: Services, job: Job, report: Report, now: float) -> 
     step, total = report.progress.step, report.progress.total_steps
     if report.identity.rank != 0 or step is None or not estimate_due(job, now, step, svc.progress.count(job.id)):
         return None
-    return await estimate(svc, job if total is None else replace(job, total_steps=total), step, now)
+    return await estimate(svc, job if total is None else job.changed(total_steps=total), step, now)
 
 
 async def _take_effect(svc: Services, result: IngestResult, written_at: float, reporter: _Reporter) -> Job:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, GpuReading, MetricWindow, Report, TrainerStatus
@@ -128,6 +128,20 @@ class Job:
     def key(self) -> str:
         """``namespace/name``."""
         return f"{self.namespace}/{self.name}"
+
+    def changed(self, **updates: Any) -> Job:
+        """This job with ``updates`` (field names) changed: ``dataclasses.replace``'s result, made by
+        copying the fields rather than through ``__init__`` (a job checks nothing there, and every report
+        changes its job once or twice: ``replace`` cost ~15 us a time)."""
+        if not updates.keys() <= _JOB_FIELDS:
+            return replace(self, **updates)  # its TypeError names the unknown field
+        fresh = object.__new__(Job)
+        fresh.__dict__.update(self.__dict__)
+        fresh.__dict__.update(updates)
+        return fresh
+
+
+_JOB_FIELDS: frozenset[str] = frozenset(f.name for f in fields(Job))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -199,7 +198,7 @@ class PostgresIngest(SqlStore):
             pending[job.id] = [c for c in pending[job.id] if c.id not in done]
         updates, sample = report_updates(job, item, newest)
         events += self._transition(conn, job, updates, report.state, report.reason, now, rank0=identity.rank == 0)
-        fresh = replace(job, **updates)
+        fresh = job.changed(**updates)
         self._remember(fresh)
         changed.setdefault(job.id, {}).update(updates)
         return IngestResult(

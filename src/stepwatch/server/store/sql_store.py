@@ -167,7 +167,7 @@ class SqlStore(Store):
         columns = ", ".join(f"{k} = ?" for k in updates)
         values = [column_value(k, v) for k, v in updates.items()]
         conn.execute(self._sql(f"UPDATE jobs SET {columns} WHERE id = ?"), (*values, job.id))
-        fresh = replace(job, **updates)
+        fresh = job.changed(**updates)
         self._remember(fresh)
         return fresh
 
