@@ -274,3 +274,30 @@ def test_an_ended_jobs_health_is_a_final_judgement_in_words() -> None:
     stalled = Verdict("stalled", 5.0, {"message": "rank 1 has stood 3 min in f (a.py:1)"})
     words = final_judgement(stalled, replace(job, state="failed"), "loss").evidence["message"]
     assert words == "failed at step 2,000, stalled at its end: rank 1 has stood 3 min in f (a.py:1)"
+
+
+def test_what_a_rank_does_after_a_save_within_the_same_stand_is_counted_from_the_saves_end() -> None:
+    """slow_save.py's shape: a step, a 40 s save, then the next step's sleep of half a second: the last
+    reading says ``waiting`` (time.sleep), and the whole stand is no hang of 40 s."""
+    tracker = HealthTracker()
+    t, step = 0.0, 0
+    for _ in range(20):
+        t += 0.5
+        step += 1
+        tracker.observe_progress(t, 0, step)
+        tracker.observe_shares(0, {"computing": 1.0})
+    began = t
+    for k in range(1, 41):  # 40 s in torch.save
+        tracker.observe_progress(began + k, 0, step)
+        tracker.observe_where(began + k, 0, step, SAVING[0], float(k), SAVING[1], SAVING[2])
+    now = began + 41
+    tracker.observe_progress(now, 0, step)
+    tracker.observe_where(now, 0, step, "waiting", 41.0, "time.sleep", ["main (slow_save.py:59)"])
+    assert tracker.verdict(now).state != "stalled"
+    for k in range(1, 41):  # it stays there, its reports arriving
+        tracker.observe_progress(now + k, 0, step)
+        tracker.observe_where(now + k, 0, step, "waiting", 41.0 + k, "time.sleep", ["main (slow_save.py:59)"])
+        if k == 30:  # 30 s after the save: within the 35 s floor
+            assert tracker.verdict(now + k).state != "stalled"
+    hung = tracker.verdict(now + 40)  # still there 40 s after the save: hung
+    assert hung.state == "stalled" and "in main (slow_save.py:59), waiting (time.sleep)" in hung.evidence["message"]

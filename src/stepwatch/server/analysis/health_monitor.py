@@ -198,10 +198,12 @@ class HealthMonitor:
         evaluating: float | None = None,
         where: Where | None = None,
         activity_shares: Mapping[str, float] | None = None,
+        host: str = "",
     ) -> HealthUpdate | None:
         """Feed one stored report; the update to record when the job's health changed (``evaluating``:
         the seconds the rank says it has been evaluating, ``None`` while it trains; ``where`` and
-        ``activity_shares``: where the rank stands, read from its stack, see :mod:`.stall`)."""
+        ``activity_shares``: where the rank stands, read from its stack, see :mod:`.stall`; ``host``: the
+        host the rank reports from, to name a straggler's)."""
         job = result.job
         entry = self._trackers.get(job.id)
         if entry is None:
@@ -228,7 +230,7 @@ class HealthMonitor:
                     _observe_second(tracker, w.name, now, w.last_step, w.last)
         tracker.observe_progress(now, rank, step, total_steps, evaluating=evaluating)
         if activity_shares:
-            tracker.observe_shares(rank, activity_shares)
+            tracker.observe_shares(rank, activity_shares, host)
         if where is not None:
             frames = [str(f) for f in where.frames]
             tracker.observe_where(now, rank, step, where.activity, where.stood_seconds, where.detail, frames)
@@ -390,6 +392,7 @@ async def assess(
     evaluating: float | None = None,
     where: Where | None = None,
     activity_shares: Mapping[str, float] | None = None,
+    host: str = "",
 ) -> tuple[Job, list[Event]]:
     """Judge a job after one of its reports was stored; the job as it now stands, and the event its
     change of health appended (none when its health did not change, or changed from nothing).
@@ -411,6 +414,7 @@ async def assess(
                 evaluating=evaluating,
                 where=where,
                 activity_shares=activity_shares,
+                host=host,
             )
         elif job.state not in FINAL_STATES:
             await track(monitor, store, offload, job)

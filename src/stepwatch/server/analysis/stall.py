@@ -130,7 +130,18 @@ class Allowance:
 
 
 class _Place:
-    __slots__ = ("busy", "host", "longest", "patient_since", "reading", "sampling", "shares", "smooth", "tail")
+    __slots__ = (
+        "busy",
+        "host",
+        "longest",
+        "patient_since",
+        "reading",
+        "resumed",
+        "sampling",
+        "shares",
+        "smooth",
+        "tail",
+    )
 
     def __init__(self, memory: int) -> None:
         self.sampling = False
@@ -138,6 +149,7 @@ class _Place:
         self.tail: deque[float] = deque(maxlen=memory)
         self.longest = 0.0  # the longest save or evaluation the rank finished (seconds)
         self.patient_since: float | None = None  # server time its current save or evaluation began
+        self.resumed: float | None = None  # server time a save or an evaluation ended within its current stand
         self.shares: dict[str, float] | None = None  # its newest activity shares
         self.smooth: dict[str, float] = {}  # its activity shares, smoothed over its recent reports
         self.busy: float | None = None  # smoothed share of its time not waiting for others (not in a collective)
@@ -215,6 +227,7 @@ class RankPlaces:
                 return
         self._patient_ended(place, t)
         place.reading = None
+        place.resumed = None
         if step_time is not None and step_time >= 0 and math.isfinite(step_time):
             place.tail.append(step_time)
 
@@ -225,11 +238,13 @@ class RankPlaces:
             place.tail.clear()
             place.reading = None
             place.patient_since = None
+            place.resumed = None
 
     def _patient_ended(self, place: _Place, t: float) -> None:
         if place.patient_since is not None:
             place.longest = max(place.longest, t - place.patient_since)
             place.patient_since = None
+            place.resumed = t
 
     # ------------------------------------------------------------------------------------------
     # Reading
@@ -280,6 +295,13 @@ class RankPlaces:
         low = math.floor(at)  # the longest alone would make one freak step the whole allowance
         high = min(low + 1, len(ordered) - 1)
         return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+    def resumed(self, rank: int) -> float | None:
+        """When a save or an evaluation ended within the rank's current stand (server time; ``None``: none
+        did): what the rank does after it (the rest of its step) is counted from there, not from the
+        start of its stand (a step that saves, then sleeps half a second, is no hang of the whole save)."""
+        place = self._places.get(rank)
+        return None if place is None else place.resumed
 
     def longest_patient(self, rank: int) -> float:
         """The longest save or evaluation the rank finished (seconds; 0 when none)."""
@@ -445,6 +467,9 @@ def judge(
         allowed = places.allowance(s.rank, now, s.step, elsewhere)
         reading = allowed.reading
         stood = max(now - s.since, reading.standing(now) if reading is not None else 0.0)
+        resumed = places.resumed(s.rank)
+        if resumed is not None and allowed.kind != "patient":
+            stood = now - max(resumed, s.since)  # the save or evaluation it stood in is over: counted from its end
         limit = allowed.limit
         if s.eval_since is not None:  # an evaluation its reports announce: counted from its start
             stood, limit = now - s.eval_since, max(limit, eval_limit)

@@ -132,8 +132,6 @@ class Stragglers:
             "host": host,
             "ratio": round(slow, 3) if math.isfinite(slow) else None,
             "speedup_without": round(speedup, 3) if math.isfinite(speedup) else None,
-            "eta_seconds": remaining_s,
-            "eta_without_seconds": remaining_s / speedup if remaining_s is not None and speedup > 0 else None,
             "activity_shares": places.shares(rank),
             "median_activity_shares": typical_shares,
             "hint": hint,
