@@ -256,5 +256,5 @@ def test_the_shown_percent_rule() -> None:
         0.0,
         0.0,
     ]
-    assert shown_percent(100.0, finished=True) == 100.0 and shown_percent(99.96, finished=True) == 99.9
+    assert shown_percent(100.0, ended=True) == 100.0 and shown_percent(99.96, ended=True) == 99.9
     assert not math.isnan(shown_percent(math.nan))

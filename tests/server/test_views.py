@@ -91,6 +91,7 @@ from stepwatch.server.views.serialisers import health_history_view  # noqa: E402
         (9_999, 10_000, "running", 99.9),
         (10_000, 10_000, "running", 99.9),  # at its total but not done: 100 only when finished
         (10_000, 10_000, "finished", 100.0),
+        (10_000, 10_000, "stopped", 100.0),  # asked to stop, it ran to its total in its grace period
         (199, 400, "failed", 49.7),  # ended short: its real progress, by the same rule
         (3, 10, "running", 30.0),  # no float a hair under a tenth
         (7, 25, "running", 28.0),

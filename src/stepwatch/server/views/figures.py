@@ -7,10 +7,10 @@ call the same functions, so no two readers can disagree about a number (issue 30
 
 The rules, each applied here once:
 
-- **Percent**: one decimal, rounded *down* (9.96 reads 9.9, 99.99 reads 99.9), 100 only for a finished job
-  that reached its total. ``progress.percent`` in a job view *is* that shown value: readers print it with one
-  decimal and draw bars from it, never round it again. A percentage an upstream Kubeflow client posted is
-  shown as posted (an integer).
+- **Percent**: one decimal, rounded *down* (9.96 reads 9.9, 99.99 reads 99.9), 100 only for a job that
+  reached its total and ended (finished, or stopped after its last step). ``progress.percent`` in a job
+  view *is* that shown value: readers print it with one decimal and draw bars from it, never round it
+  again. A percentage an upstream Kubeflow client posted is shown as posted (an integer).
 - **Rates**: a stalled or ended job has no live rate (``None``: readers show "—").
 - **Cost**: an ended job has no hourly rate (``rate_per_hour`` is ``None``); what it spent stays.
 - **Health timeline**: each verdict covers the time from where it began (``since`` for a bad verdict: for
@@ -59,14 +59,15 @@ _HOUR = 3600.0
 # ------------------------------------------------------------------------------------------- progress
 
 
-def shown_percent(value: float, finished: bool = False) -> float:
-    """A percentage as every reader shows it: one decimal rounded down, within 0..100, and 100 only when
-    ``finished`` (a job at 99.99 % reads 99.9, not done). Rounded at the sixth decimal first, so that a
+def shown_percent(value: float, ended: bool = False) -> float:
+    """A percentage as every reader shows it: one decimal rounded down, within 0..100, and 100 only for a job
+    that reached its total and ``ended`` (a job at 99.99 % reads 99.9; one at its last step but still running
+    reads 99.9 until it ends). Rounded at the sixth decimal first, so that a
     float a hair under a tenth (``29.999999999999996``) is not cut to the tenth below."""
     if not math.isfinite(value):
         return 0.0
     tenths = math.floor(round(max(0.0, min(100.0, value)) * 10, 6))
-    return 100.0 if finished and tenths >= 1000 else min(tenths, 999) / 10
+    return 100.0 if ended and tenths >= 1000 else min(tenths, 999) / 10
 
 
 def progress_percent(job: Job) -> float | None:
@@ -79,13 +80,13 @@ def progress_percent(job: Job) -> float | None:
     """
     if job.reported_progress is not None:
         return float(job.reported_progress)
-    finished = job.state == "finished"
+    ended = job.state in ENDED
     if job.step is not None and job.total_steps:
         # integer arithmetic: 100 * 3 / 10 must not land a hair under 30
-        return shown_percent((1000 * max(job.step, 0) // job.total_steps) / 10, finished)
+        return shown_percent((1000 * max(job.step, 0) // job.total_steps) / 10, ended)
     if job.epoch is not None and job.total_epochs:
-        return shown_percent(100.0 * job.epoch / job.total_epochs, finished)
-    if finished:
+        return shown_percent(100.0 * job.epoch / job.total_epochs, ended)
+    if job.state == "finished":
         return 100.0
     return None
 
