@@ -87,7 +87,7 @@ def _line(job: Job) -> str:
     return (
         f"{job.key} {job.state} {job.health.state} {'-' if percent is None else f'{percent:.1f}%'} "
         f"step {job.progress.step if job.progress.step is not None else '-'} "
-        f"ETA {'-' if eta is None else f'{eta:.0f}s'} loss {job.loss if job.loss is not None else '-'}"
+        f"ETA {'-' if eta is None else f'{eta:.0f}s'} loss {'-' if job.loss_mean is None else job.loss_mean}"
     )
 
 
