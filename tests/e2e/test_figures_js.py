@@ -170,3 +170,10 @@ def test_the_panel_of_an_ended_job_shows_no_live_rate_and_no_hourly_cost(page: A
         "return 100 * b.firstChild.getBoundingClientRect().width / b.getBoundingClientRect().width; })()"
     )
     assert abs(bar - 68.4) < 1, bar
+
+
+def test_event_kinds_read_as_words(page: Any, server: Any) -> None:
+    labels = run_module(
+        page, server.url, "return ['command_acked', 'command', 'policy_set', 'some_new_kind'].map(F.eventLabel);"
+    )
+    assert labels == ["command received", "command sent", "policy set", "some new kind"]

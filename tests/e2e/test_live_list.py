@@ -154,22 +154,29 @@ def mismatched_bars(readings: list[list[dict[str, Any]]]) -> list[str]:
     return bad
 
 
+def read_live(page: Any, url: str) -> tuple[list[list[dict[str, Any]]], list[str]]:
+    """Open the list and read it every 300 ms for 12 s (a :class:`Feed` running): the readings, and every cut
+    cell or chip seen. ``benchmarks/dashboard_live.py`` takes the same reading of an earlier revision."""
+    page.goto(url + "/")
+    wait_js(page, f"return document.querySelectorAll('tr[data-key]').length === {len(JOBS)};")
+    readings: list[list[dict[str, Any]]] = []
+    clipped: list[str] = []
+    deadline = time.monotonic() + READ_FOR_MS / 1000
+    while time.monotonic() < deadline:
+        tick = time.monotonic()
+        readings.append(page.evaluate(READ))
+        clipped += page.evaluate(CLIPPED_CELLS)
+        page.wait_for_timeout(max(0.0, READ_EVERY_MS - 1000 * (time.monotonic() - tick)))
+    clipped += page.evaluate(WIDEST_CHIPS)
+    return readings, clipped
+
+
 @pytest.mark.parametrize("width", (1440, 800))
 def test_the_live_list_keeps_bars_order_and_chips_true(page: Any, fleet: Any, width: int) -> None:
     page.set_viewport_size({"width": width, "height": 900})
     with Feed(fleet) as feed:
         time.sleep(1.0)  # every job has reported
-        page.goto(fleet.url + "/")
-        wait_js(page, f"return document.querySelectorAll('tr[data-key]').length === {len(JOBS)};")
-        readings: list[list[dict[str, Any]]] = []
-        clipped: list[str] = []
-        deadline = time.monotonic() + READ_FOR_MS / 1000
-        while time.monotonic() < deadline:
-            tick = time.monotonic()
-            readings.append(page.evaluate(READ))
-            clipped += page.evaluate(CLIPPED_CELLS)
-            page.wait_for_timeout(max(0.0, READ_EVERY_MS - 1000 * (time.monotonic() - tick)))
-        clipped += page.evaluate(WIDEST_CHIPS)
+        readings, clipped = read_live(page, fleet.url)
         progressed = dict(feed.steps)
     assert not feed.errors, feed.errors
     # the reading saw a live list: jobs moved on (the bars changed), one hung, one ended

@@ -151,6 +151,18 @@ export const ENDED = new Set(["finished", "failed", "stopped"]);
 export const HEALTH_SEVERITY = { diverging: 0, stalled: 1, not_learning: 2, straggling: 3, unknown: 4, healthy: 5 };
 export const BAD_HEALTH = new Set(["diverging", "stalled", "not_learning", "straggling"]);
 
+// an event's kind in words (the timeline shows no internal names: "command_acked" is "command received")
+const EVENT_LABELS = {
+  registered: "registered", running: "running", finished: "finished", failed: "failed", stopped: "stopped",
+  command: "command sent", command_acked: "command received", policy: "policy acted", policy_set: "policy set",
+  health: "health", attempt: "new attempt",
+};
+
+/** An event kind as a person reads it: the known ones in words, any other without its underscores. */
+export function eventLabel(kind) {
+  return EVENT_LABELS[kind] || String(kind).replaceAll("_", " ");
+}
+
 export function healthLabel(state) {
   return HEALTH_LABELS[state] || String(state);
 }

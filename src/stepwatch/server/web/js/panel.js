@@ -5,7 +5,7 @@ import { getJSON, historyPath, jobPath, postJSON, putJSON } from "./api.js";
 import { chartLayout, chooseScale, columns, draw, leaveMarkers, loadPlotly, seriesTraces } from "./charts.js";
 import { h, replace } from "./dom.js";
 import {
-  DASH, ENDED, HEALTH_STATES, JOB_STATES, evidenceFacts, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf,
+  DASH, ENDED, HEALTH_STATES, JOB_STATES, eventLabel, evidenceFacts, fmtClock, fmtDateTime, fmtDuration, fmtMoney, fmtNum, fmtOf,
   fmtProgress, fmtRate, fmtValue, healthLabel, isEvalMetric, metricOrder, shownPercent, stateClass,
 } from "./format.js";
 import { remaining } from "./list.js";
@@ -299,7 +299,7 @@ class Panel {
     replace(this.eventList, this.events.slice(0, 200).map((e) =>
       h("li", { class: `ev ev-${/^[a-z_]+$/.test(e.kind) ? e.kind : "other"}` },
         h("time", { datetime: new Date(e.t * 1000).toISOString() }, fmtDateTime(e.t)),
-        h("span", { class: "kind" }, e.kind),
+        h("span", { class: "kind", title: e.kind }, eventLabel(e.kind)),
         h("span", { class: "text" }, e.message))));
   }
 
