@@ -1,4 +1,4 @@
-"""``stepwatch db stats|compact|backup|restore``: look after the server's database directly.
+"""``stepwatch db stats|compact|backup|restore|copy``: look after the server's database directly.
 
 Like ``stepwatch server``, these open the database itself (``--db PATH``, ``--database-url URL``,
 else ``$STEPWATCH_DB`` / ``$STEPWATCH_DATABASE_URL``, else the embedded default), not the API.
@@ -6,6 +6,9 @@ else ``$STEPWATCH_DB`` / ``$STEPWATCH_DATABASE_URL``, else the embedded default)
 ``backup`` copies a live SQLite database with its online backup API; for PostgreSQL it prints the
 ``pg_dump`` and ``pg_restore`` commands to run (pg_dump takes a consistent snapshot). ``restore``
 copies a SQLite backup into an empty database, and refuses to overwrite one without ``--force``.
+``copy SOURCE TARGET`` copies every job, point, event, verdict, token and policy from one database
+into another (``sqlite:///PATH`` or ``postgresql://...``: a laptop's history to the replicas'
+PostgreSQL), then compares them row for row; ``--resume`` goes on with a copy that stopped part-way.
 """
 
 from __future__ import annotations
@@ -60,6 +63,17 @@ def register(commands: Any) -> None:
     _where(restore)
     restore.set_defaults(run=run)
 
+    copy = actions.add_parser(
+        "copy",
+        help="copy every job, point, event, token and policy into another database, verified row for row",
+    )
+    copy.add_argument("source", metavar="SOURCE", help="sqlite:///PATH (or PATH) or postgresql://USER@HOST/DB")
+    copy.add_argument("target", metavar="TARGET", help="an empty database, same forms (created when missing)")
+    copy.add_argument(
+        "--resume", action="store_true", help="go on with a copy of this SOURCE into TARGET that stopped part-way"
+    )
+    copy.set_defaults(run=run, db=None, database_url=None)
+
 
 def _where(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
@@ -83,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = ServerSettings.resolve({"db": args.db, "database_url": args.database_url}, os.environ)
-        action = {"stats": _stats, "compact": _compact, "backup": _backup, "restore": _restore}[args.action]
+        action = {"stats": _stats, "compact": _compact, "backup": _backup, "restore": _restore, "copy": _copy}[
+            args.action
+        ]
         return action(args, settings)
     except ValueError as exc:
         print(f"stepwatch db {args.action}: {exc}", file=sys.stderr)
@@ -209,4 +225,52 @@ def _restore(args: argparse.Namespace, settings: Any) -> int:
     version = restore_sqlite(args.file, path, _progress("restoring"), force=args.force)
     SQLiteStore(path).close()  # brings an older backup to this stepwatch's schema
     print(f"restored {args.file} into {path} (schema version {version}, upgraded if older)")
+    return 0
+
+
+def _copy(args: argparse.Namespace, settings: Any) -> int:
+    from ..server.store.copy import copy_database, open_database
+
+    if args.source == args.target:
+        raise ValueError("SOURCE and TARGET are the same database")
+    source = open_database(args.source)
+    try:
+        target = open_database(args.target)
+    except BaseException:
+        source.close()
+        raise
+    started = time.monotonic()
+    shown = [False]
+
+    def progress(table: str, done: int, total: int) -> None:
+        if total > 4096 or sys.stderr.isatty():
+            if not shown[0]:  # (not before the target is found fit: a refusal is one line)
+                print(
+                    f"copying {source.shown} ({source.dialect}) into {target.shown} ({target.dialect})", file=sys.stderr
+                )
+            rate = done / max(time.monotonic() - started, 1e-3)
+            print(
+                f"\rcopying {table}: {100 * done // max(total, 1)} % ({done:,} of {total:,} rows, {rate:,.0f}/s)   ",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+            shown[0] = True
+
+    try:
+        report = copy_database(source, target, resume=args.resume, progress=progress)
+    finally:
+        source.close()
+        target.close()
+    if shown[0]:
+        print(file=sys.stderr)
+    rows = [[t.name, f"{t.source_rows:,}", f"{t.copied:,}", f"{t.target_rows:,}"] for t in report.tables]
+    print(plain_table(["TABLE", "SOURCE ROWS", "COPIED NOW", "TARGET ROWS"], rows))
+    if not report.verified:
+        for t in report.tables:
+            for problem in t.mismatches[:3]:
+                print(f"differs: {problem}", file=sys.stderr)
+        print("stepwatch db copy: the target does not match the source (see above)", file=sys.stderr)
+        return 1
+    print(f"verified: {report.rows:,} rows in {len(report.tables)} tables match, row for row ({report.seconds:.1f} s)")
     return 0
