@@ -81,3 +81,24 @@ def test_the_benchmark_judges_with_the_learning_rate_but_no_evaluation() -> None
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "signals: loss, learning rate\n" in proc.stdout
     assert "plateau: lr decayed to 0 (1/1 in time)" in proc.stdout  # found by the learning rate alone
+
+
+@pytest.mark.slow
+def test_where_rows_of_health_pace_meet_issue_29s_targets_on_a_few_seeds() -> None:
+    """``health_pace.py --only where --jobs 3``: with where, no healthy heavy-tailed job with 5 min saves and
+    no save of 10-30 min is flagged, and every hang is found in time, none early, each named; main's rules
+    (the same jobs without where) flag the saves."""
+    pace = BENCHMARK.parent / "health_pace.py"
+    proc = subprocess.run(
+        [sys.executable, str(pace), "--only", "where", "--jobs", "3"], capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert re.search(r"now, where\s+0/6", out), out
+    assert re.search(r"now, no where\s+6/6", out), out  # the earlier rules, kept for reports without where
+    for ranks in (1, 4):
+        row = next(line for line in out.splitlines() if line.startswith(f"{ranks} rank(s), now, where"))
+        found, _median, _worst, in_time, early, named = row[48:].split()
+        assert found == "3/3" and in_time == "3/3" and early == "0" and named == "3/3", row
+    for save in (10, 20, 30):
+        assert f"{save} min saves: main 3/3, now, no where 3/3, now, where 0/3" in out, out
