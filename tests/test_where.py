@@ -475,3 +475,43 @@ def test_reports_carry_the_shares_of_each_interval() -> None:
 
 def test_a_frame_renders_as_function_file_line() -> None:
     assert str(Frame("wait_for_lock", "hung_rank.py", 31)) == "wait_for_lock (hung_rank.py:31)"
+
+
+# ---------------------------------------------------------------- frameworks not installed here
+
+
+@pytest.mark.parametrize(
+    ("module", "qualname", "activity", "detail"),
+    [
+        ("transformers.trainer", "Trainer._save_checkpoint", "checkpointing", "transformers.Trainer._save_checkpoint"),
+        ("transformers.trainer", "Trainer.evaluation_loop", "evaluating", "transformers.Trainer.evaluation_loop"),
+        ("lightning.pytorch.trainer.trainer", "Trainer.save_checkpoint", "checkpointing", None),
+        ("lightning.pytorch.loops.evaluation_loop", "_EvaluationLoop.run", "evaluating", None),
+        ("keras.src.trainers.trainer", "Trainer.evaluate", "evaluating", None),
+        ("deepspeed.runtime.engine", "DeepSpeedEngine.save_checkpoint", "checkpointing", None),
+        ("deepspeed.comm.comm", "all_reduce", "communicating", "deepspeed.comm.comm.all_reduce"),
+        ("accelerate.accelerator", "Accelerator.save_state", "checkpointing", None),
+        ("accelerate.utils.operations", "gather", "communicating", None),
+        ("safetensors.torch", "save_file", "checkpointing", "safetensors.torch.save_file"),
+        ("torch.distributed.checkpoint.state_dict_saver", "save", "checkpointing", None),
+        ("torch.distributed.distributed_c10d", "barrier", "communicating", "torch.distributed.barrier"),
+        ("torch.serialization", "load", "checkpointing", "torch.load"),
+        ("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter._try_get_data", "loading_data", None),
+        ("torch.optim.adamw", "AdamW.step", "computing", None),
+        ("jax._src.api", "block_until_ready", "computing", None),
+        ("threading", "Condition.wait", "waiting", "threading.Condition.wait"),
+        ("json.decoder", "JSONDecoder.decode", None, ""),
+    ],
+)
+def test_the_frameworks_save_evaluate_and_communicate_paths_are_known(
+    module: str, qualname: str, activity: str | None, detail: str | None
+) -> None:
+    """The table of framework paths, by the module and function names those frameworks use (transformers,
+    Lightning, Keras, DeepSpeed, Accelerate, safetensors and JAX are not installed here: their names,
+    not their stacks)."""
+    from stepwatch._where import _library_activity
+
+    found = _library_activity(module, qualname.rpartition(".")[2], qualname)
+    assert found[0] == activity
+    if detail is not None:
+        assert found[1] == detail
