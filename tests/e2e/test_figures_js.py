@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_dashboard import wait_js
 
 
 def run_module(page: Any, url: str, body: str) -> Any:
@@ -177,3 +178,39 @@ def test_event_kinds_read_as_words(page: Any, server: Any) -> None:
         page, server.url, "return ['command_acked', 'command', 'policy_set', 'some_new_kind'].map(F.eventLabel);"
     )
     assert labels == ["command received", "command sent", "policy set", "some new kind"]
+
+
+def test_compare_marks_the_diverged_run_and_keeps_a_flat_metric_linear(page: Any, fleet: Any) -> None:
+    for name in ("good", "also-good", "blows-up"):
+        fleet.register(name, total_steps=1000)
+    for i in range(1, 13):
+        auc = 0.88 + 0.04 * (i % 5) / 4  # a narrow flat metric: 0.88..0.92
+        fleet.report("good", 50 * i, {"loss": 2.0 / i, "auc": auc}, total_steps=1000)
+        fleet.report("also-good", 50 * i, {"loss": 1.5 / i, "auc": auc - 0.005}, total_steps=1000)
+        loss = 2.5 / i if i < 8 else 3.4e34 if i < 11 else float("nan")
+        fleet.report("blows-up", 50 * i, {"loss": loss, "auc": 0.9}, total_steps=1000)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{fleet.url}/#/compare/default/good,default/also-good,default/blows-up")
+    for metric in ("loss", "auc"):
+        chart = f"document.querySelector(\".chart[data-metric='{metric}']\")"
+        wait_js(page, f"const d = {chart}; return d && d._fullLayout;")
+    loss = page.evaluate(
+        "(() => { const d = document.querySelector(\".chart[data-metric='loss']\"); const y = d._fullLayout.yaxis; "
+        "return {type: y.type, range: y.range, marks: d.data.filter((t) => /off the chart/.test(t.name))"
+        ".map((t) => [t.x, t.marker.symbol])}; })()"
+    )
+    assert loss["type"] == "linear" and loss["range"][1] < 3, loss  # the others are not flattened
+    assert loss["marks"] == [[[400], ["triangle-up"]]], loss  # where the diverged run leaves the chart
+    note = page.locator(".chart[data-metric='loss'] + .chart-note").inner_text()
+    assert "clipped" in note and "off the chart" in note
+    auc = page.evaluate(
+        "(() => { const y = document.querySelector(\".chart[data-metric='auc']\")._fullLayout.yaxis; "
+        "return {type: y.type, ticks: y._vals.map((v) => v.text)}; })()"
+    )
+    assert auc["type"] == "linear", auc
+    assert len(auc["ticks"]) >= 3 and all(len(t) <= 5 for t in auc["ticks"]), auc  # 0.88, 0.89, ...: readable
+    # the user asks for a log scale: log it is, still clipped to the sane runs
+    page.locator("#c-log").check()
+    wait_js(page, "return document.querySelector(\".chart[data-metric='loss']\")._fullLayout.yaxis.type === 'log';")
+    high = page.evaluate("document.querySelector(\".chart[data-metric='loss']\")._fullLayout.yaxis.range[1]")
+    assert high < 1, high  # log10 units: under 10, not 3.4e34
