@@ -201,7 +201,7 @@ def test_every_reader_shows_the_same_figures(  # noqa: PLR0915 - one moment, eve
         line = progress_line(view)
         assert f" {shown}%" in line and f"step {step} " in line
         assert (
-            ("steps/s —" in line) if rate is None else (f"{rate:.2f} steps/s" in line or f"{rate:.1f} steps/s" in line)
+            ("— steps/s (" in line) if rate is None else (f"{rate:.2f} steps/s" in line or f"{rate:.1f} steps/s" in line)
         )
         _, _, after = bar_line(view, None, 200)
         assert f"{shown}%" in after and f"step {step}" in after

@@ -470,7 +470,8 @@ def _long_views() -> list[dict[str, Any]]:
          "epoch": 2.05, "total_epochs": 3}, "eta": {"remaining_seconds": None},
          "metrics": {"loss": 1.234e-05}, "metric_means": {"loss": 1.5e-05},
          "cost": {"spent": 12345.67, "rate_per_hour": None}},
-        {**base, "namespace": "default", "name": "bert", "state": "running", "health": {"state": "stalled", "since": time.time() - 100},
+        {**base, "namespace": "default", "name": "bert", "state": "running",
+         "health": {"state": "stalled", "since": time.time() - 100},
          "progress": {"percent": 9.9, "step": 996, "total_steps": 10000, "steps_per_second": None},
          "eta": {"remaining_seconds": 3725.0}, "metrics": {"loss": 0.5}, "cost": {"spent": 0.5, "rate_per_hour": 6.0}},
     ]  # fmt: skip
@@ -555,3 +556,13 @@ def test_stop_hint_pastes(server: str, ns: str, capsys: pytest.CaptureFixture[st
     code, out, _ = _run_cli(capsys, "stop", "paste", "-n", ns, "--server", server)
     assert code == 0 and f"`stepwatch watch paste -n {ns} --server {server}` follows it" in out
     run.finish()
+
+
+def test_wide_keeps_what_it_adds_before_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    rows = [jobs_cli.job_row(v, wide=True) for v in _long_views()]
+    out = io.StringIO()
+    _format.print_table(jobs_cli.WIDE_HEADERS, rows, out, priority=jobs_cli.WIDE_PRIORITY)
+    lines = out.getvalue().splitlines()
+    assert "STEPS/S" in lines[0] and all(len(line) <= 120 for line in lines)
+    assert "— " in lines[1] or lines[1].rstrip().endswith("—")  # the stopped job: no live rate

@@ -42,6 +42,7 @@ __all__ = [
     "plain_table",
     "print_table",
     "progress_text",
+    "rate_phrase",
     "rate_text",
     "rate_words",
     "rich_table",
@@ -274,6 +275,15 @@ def rate_words(view: Mapping[str, Any], now: float | None = None, long: bool = F
         since = health.get("since")
         return f"{NO_RATE} (stalled since {clock_time(since, now)})" if long and since is not None else NO_RATE
     return "-"
+
+
+def rate_phrase(view: Mapping[str, Any], now: float | None = None) -> str:
+    """The rate with its unit, for a line: ``18.1 steps/s``, ``— steps/s (stalled since 14:05)``,
+    ``— steps/s (ended)``."""
+    words = rate_words(view, now, long=True)
+    if words.startswith(NO_RATE):
+        return f"{NO_RATE} steps/s{words[len(NO_RATE) :]}"
+    return f"{words} steps/s"
 
 
 def age(since: float | None, now: float | None = None) -> str:

@@ -48,6 +48,9 @@ PRIORITY = ("NAME", "STATE", "PROGRESS%", "HEALTH", "ETA", "LOSS", "STEP", "COST
             "STEPS/S", "ATTEMPT", "FINISH", "LAST REPORT")  # fmt: skip
 """The columns a narrow terminal keeps, most needed first (a column is dropped whole, never cut): at 80 columns
 a job's name, state, progress, health, ETA and loss."""
+WIDE_PRIORITY = ("NAME", "STATE", "PROGRESS%", "HEALTH", "ETA", "LOSS", "STEPS/S", "STEP", "LAST REPORT", "FINISH",
+                 "COST", "ATTEMPT", "NAMESPACE", "AGE", "EPOCH")  # fmt: skip
+"""``-o wide``: what it adds comes before the rest of the default columns."""
 REDRAW_EVERY_S = 1.0
 """When piped, a new table at most this often; on a terminal, ages and ETAs tick this often."""
 
@@ -172,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 wide = args.output == "wide"
                 rows = [job_row(v, wide=wide) for v in views]
-                print_table(WIDE_HEADERS if wide else HEADERS, rows, priority=PRIORITY)
+                print_table(WIDE_HEADERS if wide else HEADERS, rows, priority=WIDE_PRIORITY if wide else PRIORITY)
         except ServerUnreachable:
             print(unreachable(url), file=sys.stderr)
             return 1
@@ -299,4 +302,6 @@ class _Board:
             job_row(v, wide=self._wide, now=now, since=now - self._jobs[(v["namespace"], v["name"])][1])
             for v in self.views()
         ]
-        return fitted(WIDE_HEADERS if self._wide else HEADERS, rows, terminal_width(out), PRIORITY)
+        if self._wide:
+            return fitted(WIDE_HEADERS, rows, terminal_width(out), WIDE_PRIORITY)
+        return fitted(HEADERS, rows, terminal_width(out), PRIORITY)

@@ -25,8 +25,7 @@ from ._format import (
     loss_text,
     missing_client,
     progress_text,
-    rate_text,
-    rate_words,
+    rate_phrase,
     step_text,
     unreachable,
     view_loss,
@@ -136,15 +135,13 @@ class Feed:
 
 def progress_line(view: dict[str, Any], remaining: float | None = None) -> str:
     """One line of progress: ``default/bert running 45.0% step 1350/3000 ETA 1m10s loss 0.123 4.50 steps/s``
-    (``steps/s — (stalled since 14:05)`` for a job that stands)."""
+    (``— steps/s (stalled since 14:05)`` for a job that stands)."""
     progress = view.get("progress") or {}
-    rate = progress.get("steps_per_second")
     if remaining is None:
         remaining = (view.get("eta") or {}).get("remaining_seconds")
     return (
         f"{view['namespace']}/{view['name']} {view['state']} {progress_text(view)} "
-        f"step {step_text(progress)} ETA {eta_text(remaining)} loss {loss_text(view_loss(view))} "
-        + (f"{rate_text(rate)} steps/s" if rate is not None else f"steps/s {rate_words(view, long=True)}")
+        f"step {step_text(progress)} ETA {eta_text(remaining)} loss {loss_text(view_loss(view))} " + rate_phrase(view)
     )
 
 
@@ -215,12 +212,11 @@ def bar_fields(view: dict[str, Any], remaining: float | None) -> list[tuple[str,
     """The fields beside the bar, ``(name, text)`` in the order they are dropped last to first: percent, step,
     ETA, rate (``—`` and since when it stands, for a stalled job), loss, state."""
     progress = view.get("progress") or {}
-    rate = rate_words(view, long=True)
     return [
         ("percent", progress_text(view)),
         ("step", f"step {step_text(progress)}"),
         ("eta", f"ETA {eta_text(remaining)}"),
-        ("rate", f"{rate} steps/s" if (progress.get("steps_per_second") is not None) else rate),
+        ("rate", rate_phrase(view)),
         ("loss", f"loss {loss_text(view_loss(view))}"),
         ("state", str(view.get("state", ""))),
     ]
