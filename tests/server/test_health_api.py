@@ -257,3 +257,31 @@ def test_a_bad_phase_is_refused(api: Any, make_report: MakeReport, progress: dic
     body["progress"].update(progress)
     answer = api.report("bad-phase", token, body)
     assert answer.status_code == 422 and answer.json()["details"]["field"] == field
+
+
+def test_a_stalls_evidence_follows_the_job_and_an_ended_jobs_health_is_a_final_judgement(
+    api: Any, make_report: MakeReport
+) -> None:
+    """Issue 30: a job stalled for minutes does not keep saying how it stood when it was first flagged;
+    its evidence is rewritten (no new event), and at its end its health reads as a judgement of its end."""
+    token = api.register("follow")
+    seq = _report_every(api, "follow", token, make_report, [1.0 - 0.001 * i for i in range(30)])
+    api.clock.advance(45)
+    assert _sweep(api) == 1
+    first = api.job("follow")["health"]["evidence"]["message"]
+    assert first.startswith("no report from rank 0 for 45 s")
+    api.clock.advance(10)
+    assert _sweep(api) == 0  # rewritten at most every 30 s
+    api.clock.advance(60)
+    assert _sweep(api) == 1
+    later = api.job("follow")["health"]
+    assert later["state"] == "stalled"
+    assert later["evidence"]["message"].startswith("no report from rank 0 for 115 s")
+    assert [e["data"]["health"] for e in _health_events(api, "follow")] == ["stalled"]  # one event, not two
+    _report_every(api, "follow", token, make_report, [0.9], seq=seq)
+    api.clock.advance(2)
+    api.report_ok("follow", token, make_report(seq + 1, seq + 1, {"loss": 0.85}, state="finished"))
+    ended = api.job("follow")["health"]
+    assert ended["state"] == "healthy"
+    assert ended["evidence"]["message"].startswith(f"finished at step {seq + 1}, healthy to its end: ")
+    assert "too few windows" not in ended["evidence"]["message"]
