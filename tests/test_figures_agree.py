@@ -43,9 +43,9 @@ RATE = 2 * 3.0  # 2 GPUs at 3 USD an hour
 class _Feeder:
     """Native reports of one job, every 2 s of the server's clock, as the report core sends them."""
 
-    def __init__(self, url: str, clock: FakeClock, name: str) -> None:
-        self.url, self.clock, self.name = url, clock, name
-        answer = httpx.post(
+    def __init__(self, http: httpx.Client, url: str, clock: FakeClock, name: str) -> None:
+        self.http, self.url, self.clock, self.name = http, url, clock, name
+        answer = http.post(
             f"{url}/api/v1/namespaces/{NS}/jobs", json={"name": name, "gpus": 2, "gpu_hour_cost": 3.0}, timeout=10
         )
         assert answer.status_code == 201, answer.text
@@ -70,7 +70,7 @@ class _Feeder:
             metrics=metrics,
             state=state,  # type: ignore[arg-type]
         )
-        answer = httpx.post(
+        answer = self.http.post(
             f"{self.url}/api/v1/namespaces/{NS}/jobs/{self.name}/reports",
             json=report.to_dict(),
             headers={"Authorization": f"Bearer {self.token}"},
@@ -84,12 +84,12 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, FakeC
     """The server and its clock, with ``runs`` training, ``hangs`` stalled and ``short`` ended at 9.96 %."""
     clock = FakeClock()
     app = create_app(ServerSettings(db=str(tmp_path_factory.mktemp("agree") / "sw.db")), clock=clock)
-    with ServerThread(app, log_level="critical") as served:
-        runs, hangs, short = (_Feeder(served.url, clock, name) for name in ("runs", "hangs", "short"))
-        for i in range(1, 41):  # 80 s of training, 8 steps a report, a falling loss
+    with ServerThread(app, log_level="critical") as served, httpx.Client() as http:  # keep-alive, as the sender
+        runs, hangs, short = (_Feeder(http, served.url, clock, name) for name in ("runs", "hangs", "short"))
+        for i in range(1, 21):  # 20 reports each, 6 s apart (three jobs, 2 s each), 8 steps a report
             for feeder in (runs, hangs, short):
                 feeder.report(i * 8, 5.0 / (1 + i / 10))
-        for _ in range(45):  # hangs stands for 90 s (its reporter still runs); the others go on
+        for _ in range(15):  # hangs stands for 90 s (its reporter still runs); the others go on
             runs.report(runs.step + 8, 5.0 / (1 + runs.step / 80))
             hangs.report(hangs.step)
             short.report(short.step + 16, 1.0)
