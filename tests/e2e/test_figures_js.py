@@ -214,3 +214,26 @@ def test_compare_marks_the_diverged_run_and_keeps_a_flat_metric_linear(page: Any
     wait_js(page, "return document.querySelector(\".chart[data-metric='loss']\")._fullLayout.yaxis.type === 'log';")
     high = page.evaluate("document.querySelector(\".chart[data-metric='loss']\")._fullLayout.yaxis.range[1]")
     assert high < 1, high  # log10 units: under 10, not 3.4e34
+
+
+def test_list_panel_and_compare_show_the_servers_figures_as_sent(page: Any, fleet: Any) -> None:
+    fleet.register("at-9-96", total_steps=10_000, gpus=1, gpu_hour_cost=2.0)
+    fleet.register("other", total_steps=100)
+    fleet.report("at-9-96", 996, {"loss": [1.0, 0.2]}, total_steps=10_000)  # 9.96 %, loss mean 0.6, last 0.2
+    fleet.report("other", 50, {"loss": 0.5}, total_steps=100)
+    view = fleet.job("at-9-96")
+    assert view["progress"]["percent"] == 9.9 and view["metric_means"]["loss"] == 0.6, view
+    page.goto(f"{fleet.url}/")
+    row = page.locator("tr[data-key='default/at-9-96']")
+    row.wait_for()
+    assert row.locator(".pct").inner_text() == "9.9%"
+    loss = row.locator(".c-loss .v")
+    assert loss.inner_text() == "0.6"  # the window's mean, not the last batch
+    assert "last batch 0.2" in (loss.get_attribute("title") or "")
+    page.goto(f"{fleet.url}/#/?job=default%2Fat-9-96")
+    page.wait_for_selector("#panel h2:text-is('at-9-96')")
+    assert page.locator("[data-testid=panel-percent]").inner_text() == "9.9%"
+    page.goto(f"{fleet.url}/#/compare/default/at-9-96,default/other")
+    progress = page.locator("table.compare tr", has=page.locator("th:text-is('progress')"))
+    progress.wait_for()
+    assert progress.locator("td:not(.mark)").all_inner_texts() == ["9.9%", "50.0%"]
