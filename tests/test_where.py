@@ -455,9 +455,12 @@ def test_where_off_reads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STEPWATCH_WHERE", "off")
     with ReportSink() as sink:
         run = stepwatch.init(job="t", url=sink.url, interval=0.5)
-        stand_after_steps(run, 6.5)
+        assert run._sender is not None and run._sender.where is None  # no sampler at all
+        for _ in range(100):  # 2 s: with the sampler on, its 1 Hz reads would give these reports shares
+            run.step(loss=1.0)
+            time.sleep(0.02)
         run.finish()
-    assert sink.reports and all(r.where is None and r.activity_shares is None for r in sink.reports)
+    assert len(sink.reports) >= 3 and all(r.where is None and r.activity_shares is None for r in sink.reports)
 
 
 def test_reports_carry_the_shares_of_each_interval() -> None:
