@@ -108,7 +108,8 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
     health_lines += evidence_lines(evidence)
     _section(out, "Health", health_lines)
     history = view.get("health_history") or []
-    if any(span.get("state") != "healthy" for span in history):  # a job that was only ever healthy: nothing to add
+    # a job that was only ever healthy (or not yet judged, the "unknown" spans between verdicts): nothing to add
+    if any(span.get("state") not in ("healthy", "unknown") for span in history):
         ended = view.get("state") in ENDED_STATES
         _section(out, "Health history", [_span_line(span, now, ended) for span in history])
     _section(

@@ -638,7 +638,8 @@ def job_html(job: Job) -> str:
     why = f"<div><i>{escape(health.message)}</i></div>" if health.message else ""
     reason = f"<div>reason: {escape(job.reason)}</div>" if job.reason else ""
     spans = job.health_history or []
-    if any(s.state != "healthy" for s in spans):  # every verdict it had, as the dashboard and describe show them
+    # every verdict it had, as the dashboard and describe show them (a job only ever healthy: nothing to add)
+    if any(s.state not in ("healthy", "unknown") for s in spans):
         lines = "".join(
             f"<li>{badge(s.state, HEALTH_COLOURS.get(s.state, '#6e7781'))} for {duration(s.seconds)}"
             + (f", {money(s.wasted, cost.currency)} wasted" if s.wasted else "")
