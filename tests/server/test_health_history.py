@@ -121,7 +121,10 @@ def test_history_spans_and_waste_in_the_store(store: Store) -> None:
     cost = cost_of(job, 10_000.0, None)
     assert cost.wasted == pytest.approx(((200 - 50) + (500 - 300)) / 3600 * RATE)
     view = health_history_view(job, 10_000.0)
-    assert [round(s["seconds"]) for s in view] == [70, 150, 200, 200]
+    # the timeline adds up to the job's age (issue 30, views/figures.py): each span runs from where the
+    # analysis says it began to where the next began, the first from the job's start, the last to its end
+    assert [round(s["seconds"]) for s in view] == [50, 150, 100, 200]
+    assert sum(s["seconds"] for s in view) == pytest.approx(500.0)
     assert view[3]["wasted"] == pytest.approx(200 / 3600 * RATE) and view[0]["wasted"] == 0.0
     reopened = store.job_by_id(job.id)
     assert reopened is not None and reopened.health_history == spans
