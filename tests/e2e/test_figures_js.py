@@ -237,3 +237,24 @@ def test_list_panel_and_compare_show_the_servers_figures_as_sent(page: Any, flee
     progress = page.locator("table.compare tr", has=page.locator("th:text-is('progress')"))
     progress.wait_for()
     assert progress.locator("td:not(.mark)").all_inner_texts() == ["9.9%", "50.0%"]
+
+
+def test_stall_evidence_reads_in_words_with_units(page: Any, server: Any) -> None:
+    facts = run_module(
+        page,
+        server.url,
+        """
+        return F.evidenceFacts({metric: 'step', window: {seconds: 104.2}, threshold: 30.0, observed: 104.2,
+          since: 1e9, message: 'x', rank: 0, step: 199, step_time: 0.1234, kind: 'busy', holding: [0],
+          waiting: [1, 2], activity: 'loading_data', frames: ['train (train.py:42)', {function: 'load',
+          file: 'data.py', line: 7}], eval_seconds: 65});
+        """,
+    )
+    shown = dict(facts)
+    assert shown["Observed"] == "1m 44s" and shown["Threshold"] == "30s", shown
+    assert shown["At step"] == "199" and shown["Usual step time (p99)"] == "0.123 s"
+    assert shown["Standing in"] == "a training step" and shown["Doing"] == "loading data"
+    assert shown["Ranks standing"] == "rank 0" and shown["Ranks waiting for them"] == "ranks 1, 2"
+    assert shown["In your code"] == "train (train.py:42); load (data.py:7)"
+    assert shown["Evaluating for"] == "1m 05s"
+    assert not any("_" in label or "_" in value for label, value in facts), facts

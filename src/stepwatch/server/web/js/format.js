@@ -237,17 +237,50 @@ const EVIDENCE_LABELS = {
   level: "Level (recent mean)", best: "Best smoothed level earlier", best_step: "… at step",
   gain: "Improvement per window", noise: "Noise (standard error)", noise_z: "Noise multiple needed",
   learning_rate: "Learning rate", eval_metric: "Evaluation metric", eval_gain: "Evaluation improvement",
-  eval_noise: "Evaluation noise", rank: "Rank", recovered_from: "Recovered from", since: "Since",
+  eval_noise: "Evaluation noise", rank: "Rank", step: "At step", kind: "Standing in", activity: "Doing",
+  detail: "In the call", frames: "In your code", place: "Where", holding: "Ranks standing",
+  waiting: "Ranks waiting for them", step_time: "Usual step time (p99)", phase: "Phase",
+  eval_seconds: "Evaluating for", recovered_from: "Recovered from", since: "Since",
 };
 
-/** A verdict's evidence (its message aside) as [label, text] pairs, every value formatted. */
+// the stall checker's internal names for what a rank stands in, in words
+const STAND_KINDS = { busy: "a training step", patient: "a save or an evaluation" };
+
+/** Ranks as a person reads them: "rank 0", "ranks 0, 2", "none". */
+function fmtRanks(ranks) {
+  if (!Array.isArray(ranks)) return fmtValue(ranks);
+  if (!ranks.length) return "none";
+  return `rank${ranks.length === 1 ? "" : "s"} ${ranks.map((r) => fmtInt(r)).join(", ")}`;
+}
+
+/** A frame of the user's code: "fn (file:line)" (the wire's own text), from a string or its fields. */
+function fmtFrame(frame) {
+  if (frame && typeof frame === "object") return `${frame.function} (${frame.file}:${frame.line})`;
+  return String(frame);
+}
+
+/** A verdict's evidence (its message aside) as [label, text] pairs, every value formatted: durations with
+    their unit (a stall's observed and threshold are seconds), ranks and frames as words, no internal names. */
 export function evidenceFacts(evidence) {
-  const entries = Object.entries(evidence || {}).filter(([k, v]) => k !== "message" && v !== null && v !== undefined);
+  const ev = evidence || {};
+  const entries = Object.entries(ev).filter(([k, v]) => k !== "message" && v !== null && v !== undefined);
   const order = Object.keys(EVIDENCE_LABELS);
   const rank = (k) => (order.includes(k) ? order.indexOf(k) : order.length);
   entries.sort((a, b) => rank(a[0]) - rank(b[0]));
-  return entries.map(([k, v]) => [
-    EVIDENCE_LABELS[k] || k.replaceAll("_", " "),
-    k === "window" ? fmtWindow(v) : k.endsWith("_step") ? fmtInt(v) : k === "recovered_from" ? healthLabel(v) : fmtValue(v, k),
-  ]);
+  // a stall's evidence measures time: how long the step has stood against how long it may
+  const timed = ev.metric === "step" || ev.metric === "reports";
+  const text = (k, v) => {
+    if (k === "window") return fmtWindow(v);
+    if (k === "recovered_from") return healthLabel(v);
+    if (k === "step" || k.endsWith("_step")) return fmtInt(v);
+    if ((k === "observed" || k === "threshold") && timed && typeof v === "number") return fmtDuration(v);
+    if (k === "step_time" && typeof v === "number") return `${fmtNum(v, 3)} s`;
+    if (k.endsWith("_seconds") && typeof v === "number") return fmtDuration(v);
+    if (k === "kind") return STAND_KINDS[v] || String(v).replaceAll("_", " ");
+    if (k === "activity" || k === "phase") return String(v).replaceAll("_", " ");
+    if (k === "holding" || k === "waiting") return fmtRanks(v);
+    if (k === "frames" && Array.isArray(v)) return v.length ? v.map(fmtFrame).join("; ") : DASH;
+    return fmtValue(v, k);
+  };
+  return entries.map(([k, v]) => [EVIDENCE_LABELS[k] || k.replaceAll("_", " "), text(k, v)]);
 }
