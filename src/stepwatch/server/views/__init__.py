@@ -1,5 +1,7 @@
 """What goes on the wire: one serialiser per thing a client reads (:mod:`.serialisers`: a job with the figures
-derived from it at read time, a metric point, an event) and history downsampled for a chart (:mod:`.history`).
+derived from it at read time, a metric point, an event), the figures themselves, computed once for every reader
+(:mod:`.figures`: progress percent, the ETA shown, live rates, cost, waste, the health timeline), and history
+downsampled for a chart (:mod:`.history`).
 
 A package of its own rather than part of :mod:`..api`, because the API is one user among three: the live
 stream (:mod:`..ingest.publish`) and the policies (costs and ETAs in notifications) show the same shapes and
