@@ -110,7 +110,7 @@ def fit_columns(rows: Sequence[Sequence[str]], width: int, padding: int = 2) -> 
     """The columns that fit in ``width`` terminal cells, in table order: taken in ``PRIORITY`` order up to the
     first that does not fit (each as wide as its header or its widest cell, plus ``padding``): the one
     width-aware rule of ``jobs``, ``watch`` and ``top`` (:func:`._format.fit_columns`)."""
-    keep = fit_table(COLUMNS, rows, width + padding, PRIORITY, gap=padding)
+    keep = fit_table(COLUMNS, rows, width - padding, PRIORITY, gap=padding)  # n columns: n paddings, n - 1 gaps
     return [COLUMNS[i] for i in keep]
 
 
