@@ -508,7 +508,7 @@ def _evidence(
     s, allowed, stood = chosen
     reading = allowed.reading
     who = f"rank {s.rank}" if ranks > 1 else "the step"
-    message = f"{who} has stood {duration(stood)} at step {s.step:,}"
+    message = f"{who} has stood {duration(stood)} after step {s.step:,}"
     place = place_words(reading)
     if place:
         message += f" {place}"
