@@ -518,3 +518,32 @@ def test_the_frameworks_save_evaluate_and_communicate_paths_are_known(
     assert found[0] == activity
     if detail is not None:
         assert found[1] == detail
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_fork_leaves_the_parents_sampler_reading_and_the_child_silent() -> None:
+    with ReportSink() as sink:
+        run = stepwatch.init(job="t", url=sink.url, interval=0.5)
+        assert run._sender is not None and run._sender.where is not None
+        sampler = run._sender.where
+        for _ in range(50):
+            run.step(loss=1.0)
+            time.sleep(0.02)
+        pid = os.fork()
+        if pid == 0:  # the child: no sender thread, nothing reported, steps are harmless
+            code = 0 if run._sender is None else 3
+            try:
+                for _ in range(100):
+                    run.step(loss=1.0)
+            except BaseException:
+                code = 4
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        reads = sampler.reads
+        for _ in range(75):
+            run.step(loss=1.0)
+            time.sleep(0.02)
+        run.finish()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sampler.enabled and sampler.reads > reads  # the parent's sampler went on reading
+    assert {r.identity.pid for r in sink.reports} == {os.getpid()}  # the child reported nothing
