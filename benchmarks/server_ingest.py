@@ -573,7 +573,7 @@ def ingest_phase(
     base_step: int = 0,
 ) -> dict[str, Any]:
     """One load phase: load generators share the jobs; server and generator CPU from /proc over the window."""
-    procs = cfg["loadgen_procs"]
+    procs = max(cfg["loadgen_procs"], len(server.bases))  # every replica gets a generator of its own
     warmup = cfg["warmup_s"] if warmup_s is None else warmup_s
     start_at = time.time() + cfg["start_delay_s"]  # the generators import httpx and build their clients meanwhile
     measure_from = start_at + warmup
@@ -1316,6 +1316,7 @@ def compare_targets(cfg: dict[str, Any], tmp: Path) -> list[Target]:
         ("sqlite", "SQLite, one process, this tree", lambda: Server(tmp / "this.db", tmp / "this.log")),
         ("postgres_1", "PostgreSQL, 1 replica", (lambda: Replicas(url, 1, tmp)) if url else "no --database-url"),
         ("postgres_2", "PostgreSQL, 2 replicas", (lambda: Replicas(url, 2, tmp)) if url else "no --database-url"),
+        ("postgres_3", "PostgreSQL, 3 replicas", (lambda: Replicas(url, 3, tmp)) if url else "no --database-url"),
     ]
 
 
