@@ -17,8 +17,11 @@ The states, strongest first (when several hold, the first one wins):
   ``standstill_steps`` step times and the longest recent pause (evaluation, checkpoint) with margin,
   or, for a rank whose reports say it evaluates, ``max(eval_floor_s, eval_factor x the longest
   evaluation finished)`` from the evaluation's start; or one rank hangs: its heartbeats stop, or its
-  step stands while the other ranks move on;
-- ``straggling``: a rank steps at less than ``straggler_fraction`` of the median rank's rate;
+  step stands while the other ranks move on. A job whose report core says where its ranks stand
+  (``Report.where``, ``Report.activity_shares``) is judged by the place instead (:mod:`.stall`: a save
+  or an evaluation may last 30 min, a rank in its own code hangs after 35 s or 3 x its p99 step time);
+- ``straggling``: a rank ``1 / straggler_fraction`` (1.5) times slower than the median rank for
+  ``straggler_hold_s`` (its step rate, or its busy share from its activity shares; :mod:`.straggler`);
 - ``not_learning``: the metric no longer improves, measured against its own noise: over the plateau
   window (7 % of the planned duration, between 2 and 10 minutes) it improved by less than
   ``min_delta`` and by less than ``noise_z`` standard errors, and over the longer history
@@ -52,7 +55,7 @@ from .downsample import WindowLike
 from .health_params import DEFAULT_HEALTH_PARAMS, HealthParams
 from .plateau import PlateauDetector
 from .signals import EvalTrend, LearningRate, eval_direction
-from .stall import RankPlaces, Standing, judge
+from .stall import RankPlaces, StallKnobs, Standing, judge
 from .straggler import RankPace, Stragglers
 
 __all__ = [
@@ -172,7 +175,9 @@ class HealthTracker:
         self._longest_eval = 0.0  # the longest evaluation any rank finished (seconds)
         # ranks
         self._ranks: dict[int, _Rank] = {}
-        self.places = RankPlaces(max_ranks=self.params.max_ranks)
+        p = self.params
+        knobs = StallKnobs(patient_floor_s=p.patient_floor_s, hang_floor_s=p.hang_floor_s, busy_floor_s=p.busy_floor_s)
+        self.places = RankPlaces(knobs, max_ranks=p.max_ranks)
         self._stragglers = Stragglers(self.params.straggler_fraction, self.params.straggler_hold_s)
         """Where each rank stands, for a job whose report core samples its stack (:mod:`.stall`)."""
         self._scan_t = -math.inf

@@ -196,6 +196,16 @@ class HealthParams:
     makes no best)."""
     nonfinite_recover_windows: int = 10
     """Consecutive finite windows after a non-finite value before ``diverging`` clears (20 s)."""
+    hang_floor_s: float = 35.0
+    """A rank whose report core says it stands in its own code, a lock or its data loader (or in a
+    collective while another rank does) is hung after this long at least, or 3 x its p99 step time less
+    10 s (:mod:`.stall`): flagged within 45 s with a report every 2 s and a sweep every 5 s."""
+    busy_floor_s: float = 120.0
+    """A rank whose report core says it computes (or has not said where it stands yet) may stand this
+    long at least, or 6 x its p99 step time: a single slow step is no stall."""
+    patient_floor_s: float = 1800.0
+    """A rank whose report core says it saves a checkpoint or evaluates may stand this long (30 min), or
+    4 x the longest save or evaluation it finished, before it is stalled."""
     straggler_fraction: float = 1 / 1.5
     """A rank stepping at less than this share of the median rank's rate (or busy this many times less
     than it: see :mod:`.straggler`), that is 1.5x slower, is a straggler once it holds for
