@@ -63,8 +63,9 @@ def _open(url: str) -> Store:
 
 
 def _everything(url: str) -> str:
-    """What a reader reads of a database, opened afresh (not what a store's cache holds): every job (its verdicts and policies), its history, events,
-    commands, the namespace policies and tokens (``repr``: NaN compares equal to NaN there)."""
+    """What a reader reads of a database, opened afresh (not what a store's cache holds): every job
+    (its verdicts and policies), its history, events, commands, the namespace policies and tokens
+    (``repr``: NaN compares equal to NaN there)."""
     store = _open(url)
     try:
         return _read_all(store)
@@ -160,3 +161,12 @@ def test_a_copy_that_differs_is_reported(source: str, tmp_path: Path, capsys: py
         dst.close()
     assert not report.verified
     assert [t.name for t in report.tables if t.mismatches] == ["points"]
+
+
+def test_a_source_that_is_not_there_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere.db"
+    assert main(["db", "copy", f"sqlite:///{missing}", f"sqlite:///{tmp_path / 'copy.db'}"]) == 1
+    assert capsys.readouterr().err.strip() == f"stepwatch db copy: no database at {missing} " + (
+        "(`stepwatch db stats` prints where the server keeps its own)"
+    )
+    assert not missing.exists()  # not created by looking for it

@@ -233,7 +233,7 @@ def _copy(args: argparse.Namespace, settings: Any) -> int:
 
     if args.source == args.target:
         raise ValueError("SOURCE and TARGET are the same database")
-    source = open_database(args.source)
+    source = open_database(args.source, must_exist=True)
     try:
         target = open_database(args.target)
     except BaseException:

@@ -135,7 +135,7 @@ class Job:
         changes its job once or twice: ``replace`` cost ~15 us a time)."""
         if not updates.keys() <= _JOB_FIELDS:
             return replace(self, **updates)  # its TypeError names the unknown field
-        fresh = object.__new__(Job)
+        fresh = object.__new__(type(self))
         fresh.__dict__.update(self.__dict__)
         fresh.__dict__.update(updates)
         return fresh

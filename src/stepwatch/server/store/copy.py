@@ -110,9 +110,16 @@ class Database:
         self.conn.close()
 
 
-def open_database(url: str) -> Database:
+def open_database(url: str, *, must_exist: bool = False) -> Database:
     """The database ``url`` names (``sqlite:///PATH``, a plain path, or ``postgresql://...``), brought to
-    this stepwatch's schema by its store (created when empty, upgraded when older)."""
+    this stepwatch's schema by its store (created when empty, upgraded when older); ``must_exist``: a
+    SQLite file that is not there is an error, not a new empty database (a copy's source)."""
+    if must_exist and not url.startswith(("postgresql://", "postgres://")):
+        import os
+
+        path = _sqlite_path(url)
+        if not os.path.isfile(path):
+            raise StoreError(f"no database at {path} (`stepwatch db stats` prints where the server keeps its own)")
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from .postgres import PostgresStore
