@@ -105,12 +105,13 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
     inbox, life = await _lifespan(app)
     client = Asgi(app)
     jobs = []
+    tag = f"{random.randrange(16**6):06x}"  # a database used before keeps its jobs
     for i in range(opts.jobs):
         status, body = await client.request(
-            "POST", "/api/v1/namespaces/default/jobs", json.dumps({"name": f"prof-{i}"}).encode()
+            "POST", "/api/v1/namespaces/default/jobs", json.dumps({"name": f"prof-{tag}-{i}"}).encode()
         )
         assert status == 201, body
-        jobs.append((f"prof-{i}", json.loads(body)["token"]))
+        jobs.append((f"prof-{tag}-{i}", json.loads(body)["token"]))
     rng = random.Random(0)
     per_job = opts.reports // opts.jobs
     bodies = [
