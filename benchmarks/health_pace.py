@@ -319,6 +319,36 @@ def where_job(
     return {"false": False, "delay": None, "named": False}
 
 
+def straggler_job(seed: int, ratio: float, minutes: float = 40.0) -> dict[str, Any]:
+    """4 ranks in synchronous data parallelism at 1 step/s, busy half their time (+-0.05 per report) and in
+    ``all_reduce`` the rest; rank 0 reports every 2 s, the others every 10 s, each with its activity
+    shares. From a random time rank 2 is ``ratio`` times slower (its busy time; the others wait for it).
+    When ``straggling`` comes and whom it names (this tree's tracker only: main had no shares)."""
+    rng = np.random.default_rng(seed)
+    tracker = now_health.HealthTracker()
+    slow_t = 1000.0 + float(rng.uniform(300, 900))
+    t, end = 1000.0, 1000.0 + minutes * 60
+    heard: dict[int, float] = {}
+    while t < end:
+        t += INTERVAL * float(rng.uniform(0.9, 1.1))
+        step = int(t - 1000.0)
+        for rank in range(4):
+            if rank and t - heard.get(rank, -math.inf) < HEARTBEAT:
+                continue
+            heard[rank] = t
+            busy = 0.5 + float(rng.normal(0, 0.05))
+            if t >= slow_t:
+                r = ratio if rank == 2 else 1.0
+                busy = busy * r / (0.5 * ratio + 0.5)  # the step lasts the slow rank's busy time plus the rest
+            tracker.observe_progress(t, rank, step, 100_000)
+            busy = min(max(busy, 0.0), 1.0)
+            tracker.observe_shares(rank, {"computing": busy, "communicating": 1 - busy}, f"node-{rank}")
+        verdict = tracker.verdict(t)
+        if verdict.state == "straggling":
+            return {"delay": t - slow_t, "named": verdict.evidence.get("rank") == 2, "early": t < slow_t}
+    return {"delay": None, "named": False, "early": False}
+
+
 def where_rows(before: ModuleType, rev: str, seeds: range) -> None:
     """Issue 29's targets: main's rules (the tracker of ``rev``, main's reports) against this tree's
     with main's reports (no where: its rules must be main's) and with where, on the same jobs."""
@@ -360,6 +390,16 @@ def where_rows(before: ModuleType, rev: str, seeds: range) -> None:
             )
             cells.append(f"{label} {flagged}/{len(seeds)}")
         print(f"  {save / 60:g} min saves: " + ", ".join(cells))
+    print("\nstragglers: 4 ranks in sync DDP, rank 2 slower from a random time (this tree; target: named after 5 min)")
+    print(f"{'rank 2 slower by':48} {'found':>7} {'median':>8} {'worst':>8}  named  early")
+    for ratio in (1.2, 1.6, 2.0, 3.0):
+        outs = [straggler_job(8000 + s, ratio) for s in seeds]
+        found = [o["delay"] for o in outs if o["delay"] is not None]
+        med = statistics.median(found) if found else math.nan
+        worst = max(found) if found else math.nan
+        named = sum(1 for o in outs if o["named"])
+        early = sum(1 for o in outs if o["early"])
+        print(f"{f'{ratio:g}x':48} {len(found):3d}/{len(outs):<3d} {med:8.1f} {worst:8.1f}  {named:5d}  {early:5d}")
     print()
 
 

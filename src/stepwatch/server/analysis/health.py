@@ -495,7 +495,7 @@ class HealthTracker:
     def observe_shares(self, rank: int, shares: Mapping[str, float], host: str = "") -> None:
         """The shares of a rank's report interval in each activity (``Report.activity_shares``): its report
         core can sample, so its stalls are judged by where it stands; and a straggler's extra time is named."""
-        self.places.observe_shares(rank, shares, host)
+        self.places.observe_shares(rank, shares, host, self._t if math.isfinite(self._t) else None)
 
     def observe_gpu(self, rank: int, utilization: float) -> None:
         """The mean utilisation (percent) of a rank's GPUs in its newest report: when every rank's step

@@ -96,7 +96,10 @@ class StallKnobs:
 DEFAULT_KNOBS = StallKnobs()
 
 SHARES_SMOOTHING = 0.1
-"""Weight of a report's activity shares in a rank's smoothed shares (about the last 10 reports, 20 s)."""
+"""Weight of a report's activity shares in a rank's smoothed shares when its time is not known."""
+SHARES_SMOOTHING_S = 30.0
+"""The time constant of a rank's smoothed activity shares (seconds): a report ``dt`` after the previous
+one weighs ``1 - exp(-dt / 30 s)`` (0.06 at 2 s, 0.28 at 10 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,7 @@ class _Place:
         "resumed",
         "sampling",
         "shares",
+        "shares_t",
         "smooth",
         "tail",
     )
@@ -154,6 +158,7 @@ class _Place:
         self.smooth: dict[str, float] = {}  # its activity shares, smoothed over its recent reports
         self.busy: float | None = None  # smoothed share of its time not waiting for others (not in a collective)
         self.host = ""
+        self.shares_t: float | None = None  # server time of its newest shares
 
 
 class RankPlaces:
@@ -195,12 +200,18 @@ class RankPlaces:
             self._patient_ended(place, t)
         place.reading = Reading(t, step, activity, max(0.0, stood), detail, tuple(frames))
 
-    def observe_shares(self, rank: int, shares: Mapping[str, float], host: str = "") -> None:
-        """A rank's activity shares of its newest report interval (a report core that samples), and the
-        host it runs on. Smoothed over its recent reports (a straggler is one persistently slower)."""
+    def observe_shares(self, rank: int, shares: Mapping[str, float], host: str = "", t: float | None = None) -> None:
+        """A rank's activity shares of its newest report interval (a report core that samples) at server
+        time ``t``, and the host it runs on. Smoothed over the last ``SHARES_SMOOTHING_S`` (a straggler is
+        one persistently slower), whatever the rank's report interval."""
         place = self._place(rank)
         if place is None:
             return
+        a = SHARES_SMOOTHING
+        if t is not None and place.shares_t is not None and t > place.shares_t:
+            a = 1.0 - math.exp(-(t - place.shares_t) / SHARES_SMOOTHING_S)
+        if t is not None:
+            place.shares_t = t
         place.sampling = True
         if host:
             place.host = host
@@ -209,7 +220,6 @@ class RankPlaces:
         total = sum(new.values())
         if total <= 0:
             return
-        a = SHARES_SMOOTHING
         for key in set(place.smooth) | set(new):
             place.smooth[key] = (1 - a) * place.smooth.get(key, new.get(key, 0.0) / total) + a * new.get(
                 key, 0.0

@@ -26,7 +26,10 @@ from statistics import median
 
 from .stall import RankPlaces, duration, straggler_words
 
-__all__ = ["RankPace", "Stragglers"]
+__all__ = ["KEEP", "RankPace", "Stragglers"]
+
+KEEP = 0.9
+"""A rank found slow stays slow while its slowness is at least this share of the ratio (1.35 for 1.5)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,9 @@ class Stragglers:
         slowness = self._slowness(ranks, places)
         worst: tuple[float, int] | None = None
         for rank, slow in slowness.items():
-            if slow >= self.ratio:
+            # once slow, a rank stays slow down to KEEP x the ratio: its measure wanders with the noise of
+            # its shares, and one report under 1.5 must not send 5 minutes of evidence back to zero
+            if slow >= self.ratio or (rank in self._slow_since and slow >= KEEP * self.ratio):
                 since = self._slow_since.setdefault(rank, now)
                 if now - since >= self.hold_s and (worst is None or slow > worst[0]):
                     worst = (slow, rank)
