@@ -102,3 +102,9 @@ def test_where_rows_of_health_pace_meet_issue_29s_targets_on_a_few_seeds() -> No
         assert found == "3/3" and in_time == "3/3" and early == "0" and named == "3/3", row
     for save in (10, 20, 30):
         assert f"{save} min saves: main 3/3, now, no where 3/3, now, where 0/3" in out, out
+    stragglers = {line.split()[0]: line.split()[1:] for line in out.splitlines() if re.match(r"[0-9.]+x ", line)}
+    assert stragglers["1.2x"][0] == "0/3"  # under the threshold: never named
+    for ratio in ("1.6x", "2x", "3x"):
+        found, _median, worst, named, early = stragglers[ratio]
+        assert found == "3/3" and named == "3" and early == "0", (ratio, stragglers[ratio])
+        assert 300 <= float(worst) <= 600, (ratio, stragglers[ratio])  # the 5 min hold, and not much more
