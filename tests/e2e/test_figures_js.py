@@ -78,8 +78,10 @@ def test_loss_rates_and_cost_as_the_server_sends_them(page: Any, server: Any) ->
                          metric_means: {loss: 0.4321}};
         const stalled = {state: 'running', health: {state: 'stalled', since: 1e9}};
         const stopped = {state: 'stopped', health: {state: 'healthy'}, metrics: {loss: 0.5}};
+        const diverged = {state: 'running', health: {state: 'diverging'}, metrics: {loss: 'NaN'},
+                          metric_means: {loss: 9.479744285347731e+34}};
         return {
-          mean: F.lossFigure(running), last: F.lossFigure(stopped),
+          mean: F.lossFigure(running), last: F.lossFigure(stopped), nan: F.lossFigure(diverged),
           rates: [F.liveRate(running, 12.5), F.liveRate(stalled, 18.9), F.liveRate(stopped, 19.7)],
           texts: [F.fmtRate(running, 12.5), F.fmtRate(stalled, 18.9), F.fmtRate(stopped, 19.7)],
         };
@@ -87,6 +89,8 @@ def test_loss_rates_and_cost_as_the_server_sends_them(page: Any, server: Any) ->
     )
     assert out["mean"] == {"metric": "loss", "value": 0.4321, "last": 0.91, "smoothed": True}
     assert out["last"] == {"metric": "loss", "value": 0.5, "last": 0.5, "smoothed": False}
+    # a NaN last batch is shown as NaN: the mean of the window's finite values would hide the blow-up
+    assert out["nan"] == {"metric": "loss", "value": "NaN", "last": "NaN", "smoothed": False}
     assert out["rates"] == [12.5, None, None]
     running, stalled, stopped = out["texts"]
     assert running == "12.5"

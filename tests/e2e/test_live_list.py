@@ -25,8 +25,12 @@ import pytest
 from test_dashboard import wait_js
 from test_layout import CLIPPED_CELLS
 
+from conftest import _window
+from stepwatch.protocol import Identity, Progress, Report
+
 pytestmark = pytest.mark.slow
 
+BLOWS_UP = "fraud-detect-b"  # its loss goes to -9.5e34, then NaN (the widest loss a cell must hold)
 READ_EVERY_MS = 300
 READ_FOR_MS = 12_000
 
@@ -111,13 +115,35 @@ class Feed:
                         step = stop_at
                     self.steps[name] = step
                     loss = [2.0 / (1 + step / 100) + self.rng.gauss(0, 0.05) for _ in range(4)]
+                    if name == BLOWS_UP and step > total // 40:  # as the demo's diverging run: 1e34, then NaN
+                        loss = [-9.479744285347731e34] * 4 if step < total // 8 else [-9.479744285347731e34, math.nan]
                     state = "stopped" if stop_at is not None and step >= stop_at else "running"
-                    self.fleet.report(name, step, {"loss": loss}, "team-x", total_steps=total, state=state)
+                    self._report(name, step, total, loss, state)
                     if state != "running":
                         ended.add(name)
                 self.stop.wait(self.rng.uniform(0.25, 0.5))
         except BaseException as exc:  # the test reports it
             self.errors.append(exc)
+
+    def _report(self, name: str, step: int, total: int, loss: list[float], state: str) -> None:
+        # the report core's report, with epochs (16 of them, as the demo's runs: "2.95 / 16" in the list)
+        key = ("team-x", name)
+        seq = self.fleet.seqs[key] = self.fleet.seqs.get(key, 0) + 1
+        report = Report(
+            run_id=f"run-{name}",
+            seq=seq,
+            sent_at=time.time(),
+            identity=Identity(rank=0, world_size=1, host="node-1", pid=4242),
+            progress=Progress(step=step, total_steps=total, epoch=16.0 * step / total, total_epochs=16.0),
+            metrics=(_window("loss", loss, step),),
+            state=state,  # type: ignore[arg-type]
+        )
+        response = self.fleet.http.post(
+            f"/api/v1/namespaces/team-x/jobs/{name}/reports",
+            json=report.to_dict(),
+            headers={"Authorization": f"Bearer {self.fleet.tokens[key]}"},
+        )
+        assert response.status_code == 200, response.text
 
     def __enter__(self) -> Feed:
         self.thread.start()

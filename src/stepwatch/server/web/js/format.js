@@ -88,7 +88,11 @@ export function lossFigure(job) {
   const last = job.metrics[metric];
   const means = job.metric_means || {};
   const mean = Object.prototype.hasOwnProperty.call(means, metric) && means[metric] !== null ? means[metric] : null;
-  return { metric, value: mean ?? last, last, smoothed: mean !== null };
+  // a last batch that went NaN or Inf is shown as such: the window's mean is over its finite values only, and
+  // would hide the blow-up (a diverged run read 9.5e+34 where its loss was NaN)
+  const lastValue = num(last);
+  if (mean === null || (lastValue !== null && !Number.isFinite(lastValue))) return { metric, value: last, last, smoothed: false };
+  return { metric, value: mean, last, smoothed: true };
 }
 
 export function fmtMoney(value, digits = 2) {

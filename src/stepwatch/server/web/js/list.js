@@ -436,7 +436,7 @@ function drawSpark(holder, key) {
   if (holder.dataset.sig === sig) return;
   holder.dataset.sig = sig;
   const finite = spark.values.filter(Number.isFinite);
-  const W = 48;
+  const W = 42; // the cell holds a loss as wide as "-9.48e+34" beside it (app.css, .c-loss)
   const H = 16;
   const lo = Math.min(...finite);
   const hi = Math.max(...finite);
