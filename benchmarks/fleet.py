@@ -133,13 +133,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=6.0)
     parser.add_argument("--database-url", help="PostgreSQL server: a throwaway database is made there")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--src", help="serve the stepwatch of this src/ (another checkout's: the code before)")
     opts = parser.parse_args()
     n_jobs = max(1, opts.ranks // opts.ranks_per_job)
     with tempfile.TemporaryDirectory() as tmp:
         pg = PostgresDatabase(opts.database_url) if opts.database_url else None
         try:
             url = pg.url if pg is not None else None
-            with Server(Path(tmp) / "fleet.db", Path(tmp) / "server.log", database_url=url) as server:
+            with Server(
+                Path(tmp) / "fleet.db",
+                Path(tmp) / "server.log",
+                database_url=url,
+                src=Path(opts.src) if opts.src else None,
+            ) as server:
                 jobs = register_jobs(server.base, [f"fleet-{i:04d}" for i in range(n_jobs)])
                 fleet = Fleet(server.base, jobs, opts.ranks_per_job, opts.seconds)
                 cpu0 = server.cpu_s()

@@ -352,3 +352,27 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_live_updates_reach_the_other_replicas_in_the_order_sent(database: Any) -> None:
+    """A batch of live updates, small ones and ones over a notification's 8,000 bytes (through the spill
+    table) mixed, is heard by another replica in the order it was sent, each once."""
+    sender, listener = database.open(), database.open()
+    heard: list[str] = []
+    done = threading.Event()
+
+    def hear(payload: str) -> None:
+        heard.append(payload)
+        if len(heard) == 40:
+            done.set()
+
+    listener.live_handlers.append(hear)
+    payloads = [json.dumps({"o": "a", "n": i, "pad": "x" * (9000 if i % 7 == 3 else 10)}) for i in range(40)]
+    sender.send_live(payloads[:25], time.time(), origin="a")
+    sender.send_live(payloads[25:], time.time(), origin="a")
+    assert done.wait(10), f"heard {len(heard)} of 40"
+    read = [json.loads(p) for p in heard]
+    spilled = [m for m in read if "spill" in m]
+    assert len(spilled) == len([i for i in range(40) if i % 7 == 3])
+    restored = [json.loads(sender.read_spill(m["spill"])) if "spill" in m else m for m in read]
+    assert [m["n"] for m in restored] == list(range(40))

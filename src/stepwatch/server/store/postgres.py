@@ -246,15 +246,19 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
             return
         try:
             with self._pool.connection() as conn, conn.transaction():
+                sent: list[str] = []
                 for payload in payloads:
-                    sent = payload
-                    if len(payload.encode()) > _NOTIFY_LIMIT:
-                        row = conn.execute(
-                            "INSERT INTO live_spill (t, payload) VALUES (%s, %s) RETURNING id", (now, payload)
-                        ).fetchone()
-                        assert row is not None
-                        sent = json.dumps({"o": origin, "spill": row[0]})
-                    conn.execute("SELECT pg_notify(%s, %s)", (self.live_channel, sent))
+                    if len(payload.encode()) <= _NOTIFY_LIMIT:
+                        sent.append(payload)
+                        continue
+                    row = conn.execute(
+                        "INSERT INTO live_spill (t, payload) VALUES (%s, %s) RETURNING id", (now, payload)
+                    ).fetchone()
+                    assert row is not None
+                    sent.append(json.dumps({"o": origin, "spill": row[0]}))
+                # every notification in one statement (a report publishes two or three updates: one round
+                # trip and one statement for the database, not one each); unnest reads the array in order
+                conn.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (self.live_channel, sent))
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
 
