@@ -532,6 +532,7 @@ def test_watch_keeps_its_bar(width: int) -> None:
     drawn = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue())
     assert drawn.count("━") >= watch_cli.BAR_MIN and "9.9%" in drawn and "…" not in drawn
     assert "stalled since" in drawn or width < 120
+    assert "default/bert" in drawn  # beside the bar, or once above it when there is no room
 
 
 def test_a_hint_keeps_the_users_server_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:

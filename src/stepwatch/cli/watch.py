@@ -250,6 +250,7 @@ class _Bar:
         self._console = Console(file=out)
         self._title = title
         self._live = Live(console=self._console, auto_refresh=False)
+        self._titled = False
 
     def __enter__(self) -> _Bar:
         self._live.start()
@@ -262,6 +263,9 @@ class _Bar:
         from rich.text import Text
 
         cells, before, after = bar_line(view, remaining, self._console.width, self._title)
+        if not before and not self._titled:  # no room beside the bar: the job's name once, above it
+            self._live.console.print(Text(self._title, style="bold"))
+            self._titled = True
         value = (view.get("progress") or {}).get("percent")
         filled = round(max(0.0, min(100.0, value)) / 100 * cells) if value is not None else 0
         line = Text()
