@@ -206,7 +206,7 @@ def test_the_live_list_keeps_bars_order_and_chips_true(page: Any, fleet: Any, wi
         progressed = dict(feed.steps)
     assert not feed.errors, feed.errors
     # the reading saw a live list: jobs moved on (the bars changed), one hung, one ended
-    assert len(readings) >= 20, len(readings)  # about 40 (fewer on a busy machine)
+    assert len(readings) >= 15, len(readings)  # about 35 (fewer on a busy machine)
     first = {r["key"]: r["printed"] for r in readings[0]}
     last = {r["key"]: r["printed"] for r in readings[-1]}
     assert sum(last[k] > first[k] for k in first) >= 3, (first, last)
