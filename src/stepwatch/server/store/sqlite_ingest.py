@@ -32,6 +32,13 @@ _POINT_SQL = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+_REPORT_SQL = (
+    "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, "
+    "COALESCE((SELECT ? >= last_sent_at FROM ranks WHERE job_id = ? AND rank = ?), 1)) RETURNING newest"
+)
+"""A native report's row; ``newest`` when no report of its rank was sent later (by the reporter's clock)."""
+
 _RANK_SQL = (
     "INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid, gpus) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, rank) DO UPDATE SET "
@@ -89,17 +96,15 @@ class SQLiteIngest(SqlStore):
         job = self._job_in(conn, item.job.id)
         report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
         check_metric_names(job, job.last_metrics, (w.name for w in report.metrics), self.max_metric_names)
-        previous = conn.execute(
-            "SELECT last_sent_at FROM ranks WHERE job_id = ? AND rank = ?", (job.id, identity.rank)
-        ).fetchone()
-        newest = previous is None or report.sent_at >= previous[0]
+        # one statement stores the report and says whether it is its rank's newest (no row: a duplicate)
         inserted = conn.execute(
-            "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, progress.step, newest),
-        ).rowcount
-        if not inserted:
+            _REPORT_SQL,
+            (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, progress.step,
+             report.sent_at, job.id, identity.rank),
+        ).fetchone()  # fmt: skip
+        if inserted is None:
             return IngestResult(job=job, duplicate=True, commands=tuple(self._pending(conn, job.id)))
+        newest = bool(inserted[0])
         if newest:
             gpus = json.dumps([g.to_dict() for g in report.gpus])
             conn.execute(
