@@ -127,7 +127,7 @@ def test_an_interrupted_copy_goes_on_where_it_stopped(
     source: str, target: str, store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def stop_in_points(table: str, done: int, total: int) -> None:
-        if table == "points" and done >= 20:
+        if table == "copying points" and done >= 20:
             raise KeyboardInterrupt  # the user's Ctrl-C, part-way through the biggest table
 
     src, dst = open_database(source), open_database(target)

@@ -30,7 +30,7 @@ def register(commands: Any) -> None:
     """Add the ``db`` command group."""
     parser = commands.add_parser(
         "db",
-        help="database stats, compaction (retention), backup and restore",
+        help="database stats, compaction (retention), backup, restore and copy",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -239,18 +239,21 @@ def _copy(args: argparse.Namespace, settings: Any) -> int:
     except BaseException:
         source.close()
         raise
-    started = time.monotonic()
     shown = [False]
+    stages: dict[str, tuple[float, int]] = {}  # each stage's start: its time and its rows done then
 
-    def progress(table: str, done: int, total: int) -> None:
+    def progress(what: str, done: int, total: int) -> None:
         if total > 4096 or sys.stderr.isatty():
             if not shown[0]:  # (not before the target is found fit: a refusal is one line)
                 print(
                     f"copying {source.shown} ({source.dialect}) into {target.shown} ({target.dialect})", file=sys.stderr
                 )
-            rate = done / max(time.monotonic() - started, 1e-3)
+            elif what not in stages:
+                print(file=sys.stderr)  # the last stage's line stays, with its final figure
+            since, first = stages.setdefault(what, (time.monotonic(), done))
+            rate = (done - first) / max(time.monotonic() - since, 1e-3)
             print(
-                f"\rcopying {table}: {100 * done // max(total, 1)} % ({done:,} of {total:,} rows, {rate:,.0f}/s)   ",
+                f"\r{what}: {100 * done // max(total, 1)} % ({done:,} of {total:,} rows, {rate:,.0f}/s)   ",
                 end="",
                 file=sys.stderr,
                 flush=True,

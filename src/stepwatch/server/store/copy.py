@@ -31,7 +31,8 @@ from .schema import BOOL, FLOAT, TABLES, TEXT, Table
 __all__ = ["CopyReport", "Database", "TableCopy", "copy_database", "open_database"]
 
 Progress = Callable[[str, int, int], None]
-"""Called with (table, rows copied so far, rows the source holds) as the copy goes."""
+"""Called with (what: ``copying TABLE`` or ``verifying TABLE``, rows done so far, rows the source
+holds) as the copy goes."""
 
 CHUNK_ROWS = 50_000
 
@@ -188,7 +189,7 @@ def copy_database(
     verifying = time.monotonic()
     for table, done in zip(tables, report.tables):
         done.target_rows = _count(target, table.name)
-        done.mismatches = _compare(source, target, table, chunk_rows)
+        done.mismatches = _compare(source, target, table, chunk_rows, done.source_rows, progress)
     report.seconds = time.monotonic() - started
     report.verify_seconds = time.monotonic() - verifying
     return report
@@ -227,13 +228,13 @@ def _copy_table(
     already = _count(target, table.name) if after is not None else 0
     copied = 0
     if progress is not None:
-        progress(table.name, already, total)
+        progress(f"copying {table.name}", already, total)
     for chunk in _chunks(source, table, columns, key, after, chunk_rows):
         rows = [_convert(row, table, columns, source.dialect, target.dialect) for row in chunk]
         _write(target, table, columns, rows)
         copied += len(rows)
         if progress is not None:
-            progress(table.name, already + copied, total)
+            progress(f"copying {table.name}", already + copied, total)
     return copied
 
 
@@ -335,14 +336,20 @@ def _reset_identities(target: Database, tables: list[Table]) -> None:
                 )
 
 
-def _compare(source: Database, target: Database, table: Table, size: int) -> list[str]:
+def _compare(
+    source: Database, target: Database, table: Table, size: int, total: int = 0, progress: Progress | None = None
+) -> list[str]:
     """The first few rows that differ between the two sides of one table (empty when none do)."""
     key = _key(table)
     columns = [c.name for c in table.columns if c.type.sql(source.dialect) is not None or c.name == "rowid"]
     problems: list[str] = []
     theirs = _chunks(target, table, columns, key, None, size)
     pending: list[tuple[Any, ...]] = []
+    compared = 0
     for chunk in _chunks(source, table, columns, key, None, size):
+        compared += len(chunk)
+        if progress is not None:
+            progress(f"verifying {table.name}", compared, total)
         for row in chunk:
             if not pending:
                 pending = list(next(theirs, []))
