@@ -48,6 +48,8 @@ class Example:
     mark: str = ""
     """``run``, ``skip``, or empty."""
     mark_reason: str = ""
+    block: str = ""
+    """The whole block a shell command comes from (some rules look at it: a benchmark's setup, an install)."""
 
     @property
     def id(self) -> str:
@@ -79,7 +81,8 @@ def examples(root: Path = ROOT) -> list[Example]:
                     found.append(Example(where, i + 1, language, "\n".join(body) + "\n", mark, reason))
                 else:
                     found.extend(
-                        Example(where, i + 2 + offset, language, code, mark, reason) for offset, code in _commands(body)
+                        Example(where, i + 2 + offset, language, code, mark, reason, "\n".join(body))
+                        for offset, code in _commands(body)
                     )
             i = end + 1
     return found
@@ -199,6 +202,10 @@ def _undefined(example: Example) -> set[str]:
     return read - bound - earlier - set(dir(builtins)) - {"__file__", "__name__"}
 
 
+_BLOCK_WIDE = ("installs software", "benchmarks: minutes of measurement", "needs a Kubernetes cluster")
+"""Rules that skip every command of a block when one of its commands matches: the others prepare or use it."""
+
+
 def skip_reason(example: Example) -> str | None:
     """Why ``example`` does not run here (``None``: it runs)."""
     if example.mark == "run":
@@ -208,6 +215,9 @@ def skip_reason(example: Example) -> str | None:
     for reason, pattern in RULES:
         if pattern.search(example.code):
             return reason
+    for reason, pattern in RULES:
+        if reason in _BLOCK_WIDE and pattern.search(example.block):
+            return f"{reason} (its block does)"
     if example.language == "python":
         undefined = sorted(_undefined(example))
         if undefined:

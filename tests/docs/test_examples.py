@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,6 @@ SEEDED = (
     ("default", "llama-sft"),
     ("default", "fraud-hangs"),
     ("default", "fraud-diverges"),
-    ("default", "demo"),
     ("nlp", "train"),
     ("nlp", "ft"),
     ("nlp", "llama-sft"),
@@ -109,6 +109,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory examples run in: ``examples/`` as in a checkout, nothing else of the repository."""
     where = tmp_path_factory.mktemp("docs-run")
     (where / "examples").symlink_to(ROOT / "examples")
+    (where / "home").mkdir()
+    (where / "tmp").mkdir()
     return where
 
 
@@ -119,6 +121,8 @@ def _env(url: str, scratch: Path) -> dict[str, str]:
     env.update(
         STEPWATCH_SERVER=url,
         STEPWATCH_URL=url,
+        HOME=str(scratch / "home"),  # `~/...` in an example stays in the scratch directory
+        TMPDIR=str(scratch / "tmp"),
         STEPWATCH_HOME=str(scratch / "home"),
         STEPWATCH_DB=str(_DB[url]),
         STEPWATCH_INTERVAL="0.2",
@@ -150,38 +154,61 @@ for block in blocks:
     print("@@result " + json.dumps(result), flush=True)
 """
 
-_python_results: dict[str, dict[str, Any]] = {}
+
+def _run_python(examples_: list[Example], url: str, scratch: Path) -> dict[str, dict[str, Any]]:
+    """Run a document's runnable python blocks one after the other in one interpreter; their results."""
+    blocks = [{"id": e.id, "code": _pointed(e.code, url)} for e in examples_]
+    done = subprocess.run(
+        [sys.executable, "-c", _PYTHON_SESSION],
+        input=json.dumps(blocks),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S * max(1, len(blocks)),
+        cwd=scratch,
+        env=_env(url, scratch),
+    )
+    results: dict[str, dict[str, Any]] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("@@result "):
+            result = json.loads(line.removeprefix("@@result "))
+            results[result["id"]] = result
+    for block in blocks:  # one that never reported: the interpreter died in it
+        results.setdefault(block["id"], {"ok": False, "output": done.stderr[-3000:]})
+    return results
 
 
-def _run_python(example: Example, url: str, scratch: Path) -> dict[str, Any]:
-    """Run the document's runnable python blocks up to ``example`` in one interpreter; its result."""
-    if example.id not in _python_results:
-        blocks = [
-            {"id": e.id, "code": _pointed(e.code, url)}
-            for e in EXAMPLES
-            if e.path == example.path and e.language == "python" and skip_reason(e) is None
-        ]
-        done = subprocess.run(
-            [sys.executable, "-c", _PYTHON_SESSION],
-            input=json.dumps(blocks),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S * max(1, len(blocks)),
-            cwd=scratch,
-            env=_env(url, scratch),
-        )
-        for line in done.stdout.splitlines():
-            if line.startswith("@@result "):
-                result = json.loads(line.removeprefix("@@result "))
-                _python_results[result["id"]] = result
-        for block in blocks:  # one that never reported: the interpreter died in it
-            _python_results.setdefault(block["id"], {"ok": False, "output": done.stderr[-3000:]})
-    return _python_results[example.id]
+def _run_document(path: str, url: str, scratch: Path) -> dict[str, dict[str, Any]]:
+    """A document's runnable examples in its order (a later one may use what an earlier one made)."""
+    runnable = [e for e in EXAMPLES if e.path == path and skip_reason(e) is None]
+    results = _run_python([e for e in runnable if e.language == "python"], url, scratch)
+    for example in runnable:
+        if example.language == "shell":
+            try:
+                results[example.id] = _run_shell(example, url, scratch)
+            except subprocess.TimeoutExpired:
+                results[example.id] = {"ok": False, "output": f"still running after {TIMEOUT_S:g} s"}
+    return results
+
+
+@pytest.fixture(scope="module")
+def results(doc_server: str, scratch: Path) -> dict[str, dict[str, Any]]:
+    """Every runnable example's result: the documents side by side (each in its own order), to keep the
+    default tier quick; the tests below read them."""
+    paths = sorted({e.path for e in EXAMPLES if skip_reason(e) is None})
+    found: dict[str, dict[str, Any]] = {}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for done in pool.map(lambda path: _run_document(path, doc_server, scratch), paths):
+            found.update(done)
+    return found
+
+
+_CURL = 'curl() { command curl --fail-with-body --show-error "$@"; }\n'
+"""curl as the documents use it, but failing on an HTTP error: a 404 or a 422 is not an example that works."""
 
 
 def _run_shell(example: Example, url: str, scratch: Path) -> dict[str, Any]:
     done = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", _pointed(example.code, url)],
+        ["bash", "-e", "-o", "pipefail", "-c", _CURL + _pointed(example.code, url)],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -200,14 +227,13 @@ def _param(example: Example) -> Any:
 
 
 @pytest.mark.parametrize("example", [_param(e) for e in EXAMPLES])
-def test_example_runs_as_written(example: Example, doc_server: str, scratch: Path) -> None:
+def test_example_runs_as_written(example: Example, request: pytest.FixtureRequest) -> None:
     reason = skip_reason(example)
     if reason is not None:
         RESULTS[f"skipped: {reason}"] += 1
         pytest.skip(reason)
     RESULTS["run"] += 1
-    runner = _run_python if example.language == "python" else _run_shell
-    result = runner(example, doc_server, scratch)
+    result = request.getfixturevalue("results")[example.id]
     assert result["ok"], f"{example.id} does not run as written:\n{example.code}\n--- it said:\n{result['output']}"
 
 
