@@ -365,7 +365,10 @@ class WhereSampler:
 
     def _tick(self, now: float) -> bool:
         step = self._current_step()
-        if step != self._step or self._changed_at is None:
+        if self._changed_at is None:  # the first tick, at the sender's start: only note the step (a short
+            self._step, self._changed_at = step, now  # run never pays for the first, cold, read)
+            return False
+        if step != self._step:
             if self._step is not None and self._changed_at is not None and step > self._step:
                 self._durations.append((now - self._changed_at) / (step - self._step))
             self._step, self._changed_at = step, now
