@@ -25,8 +25,7 @@ import pytest
 from test_dashboard import wait_js
 from test_layout import CLIPPED_CELLS
 
-from conftest import _window
-from stepwatch.protocol import Identity, Progress, Report
+from stepwatch.protocol import Identity, MetricWindow, Progress, Report
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +134,7 @@ class Feed:
             sent_at=time.time(),
             identity=Identity(rank=0, world_size=1, host="node-1", pid=4242),
             progress=Progress(step=step, total_steps=total, epoch=16.0 * step / total, total_epochs=16.0),
-            metrics=(_window("loss", loss, step),),
+            metrics=(loss_window(loss, step),),
             state=state,  # type: ignore[arg-type]
         )
         response = self.fleet.http.post(
@@ -152,6 +151,22 @@ class Feed:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(10)
+
+
+def loss_window(values: list[float], step: int) -> MetricWindow:
+    """A report's window of ``loss`` values (NaN counted apart, as the report core counts it)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return MetricWindow(
+        name="loss",
+        last=values[-1],
+        min=min(finite) if finite else None,
+        max=max(finite) if finite else None,
+        mean=sum(finite) / len(finite) if finite else None,
+        count=len(values),
+        nonfinite=len(values) - len(finite),
+        first_step=step,
+        last_step=step,
+    )
 
 
 def reorders(readings: list[list[dict[str, Any]]]) -> list[str]:
