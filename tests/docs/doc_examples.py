@@ -50,6 +50,8 @@ class Example:
     mark_reason: str = ""
     block: str = ""
     """The whole block a shell command comes from (some rules look at it: a benchmark's setup, an install)."""
+    earlier: frozenset[str] = frozenset()
+    """The names the python blocks above it in its document define (a python block may use them)."""
 
     @property
     def id(self) -> str:
@@ -61,6 +63,7 @@ def examples(root: Path = ROOT) -> list[Example]:
     found: list[Example] = []
     for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
         lines = doc.read_text(encoding="utf-8").splitlines()
+        defined: set[str] = set()
         i = 0
         while i < len(lines):
             opened = _FENCE.match(lines[i])
@@ -78,7 +81,9 @@ def examples(root: Path = ROOT) -> list[Example]:
                 mark, reason = _mark_of(lines, i, info)
                 where = str(doc.relative_to(root))
                 if language == "python":
-                    found.append(Example(where, i + 1, language, "\n".join(body) + "\n", mark, reason))
+                    code = "\n".join(body) + "\n"
+                    found.append(Example(where, i + 1, language, code, mark, reason, earlier=frozenset(defined)))
+                    defined |= _names(code)[0]
                 else:
                     found.extend(
                         Example(where, i + 2 + offset, language, code, mark, reason, "\n".join(body))
@@ -191,15 +196,8 @@ def _names(code: str) -> tuple[set[str], set[str]]:
 
 def _undefined(example: Example) -> set[str]:
     """Names ``example`` reads that neither it nor an earlier python block of its document defines."""
-    earlier: set[str] = set()
-    for other in examples():
-        if other.path != example.path or other.language != "python":
-            continue
-        if other.line >= example.line:
-            break
-        earlier |= _names(other.code)[0]
     bound, read = _names(example.code)
-    return read - bound - earlier - set(dir(builtins)) - {"__file__", "__name__"}
+    return read - bound - example.earlier - set(dir(builtins)) - {"__file__", "__name__"}
 
 
 _BLOCK_WIDE = ("installs software", "benchmarks: minutes of measurement", "needs a Kubernetes cluster")
