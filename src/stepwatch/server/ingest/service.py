@@ -11,10 +11,10 @@ appended: :mod:`.publish`). Routes parse, authorise and answer with what these r
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ...protocol import Command, GpuReading, Report, TrainerStatus
+from ...protocol import Command, GpuReading, Report, TrainerStatus, Where
 from ..analysis import health_monitor
 from ..services import Services, blocking
 from ..store import IngestResult, Job, PendingReport
@@ -51,6 +51,10 @@ class _Reporter:
     gpus: Sequence[GpuReading] = ()
     evaluating: float | None = None
     """The seconds the rank says it has been evaluating, ``None`` while it trains."""
+    where: Where | None = None
+    """Where the rank stands, read from its stack while its step stands (report cores that sample)."""
+    activity_shares: Mapping[str, float] | None = None
+    host: str = ""
 
 
 async def ingest_report(svc: Services, job: Job, report: Report) -> Ingested:
@@ -67,7 +71,16 @@ async def ingest_report(svc: Services, job: Job, report: Report) -> Ingested:
     if result.duplicate:
         return Ingested(result.job, True, result.commands)
     progress = report.progress
-    reporter = _Reporter(report.identity.rank, progress.step, progress.total_steps, report.gpus, progress.evaluating)
+    reporter = _Reporter(
+        report.identity.rank,
+        progress.step,
+        progress.total_steps,
+        report.gpus,
+        progress.evaluating,
+        report.where,
+        report.activity_shares,
+        report.identity.host or "",
+    )
     fresh = await _take_effect(svc, result, now, reporter)
     commands = result.commands
     if fresh.policy_fired != result.job.policy_fired:  # its policy queued commands: they go with this answer
@@ -150,6 +163,9 @@ async def _take_effect(svc: Services, result: IngestResult, written_at: float, r
         now,
         reporter.gpus,
         evaluating=reporter.evaluating,
+        where=reporter.where,
+        activity_shares=reporter.activity_shares,
+        host=reporter.host,
     )
     job = await review(svc, job, now)  # its policy's events are published as it acts
     publish_job(svc.live, job, now)
