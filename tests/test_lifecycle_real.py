@@ -122,23 +122,23 @@ def test_a_stop_reads_stopped_in_every_reader(
 def test_an_early_exit_shows_its_real_progress(
     server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], code: int, state: str
 ) -> None:
-    """A script that exits at step 199 of 400 without finish(): 49.75 %, "ended at 49.8%"; its exit code
-    still decides finished or failed."""
+    """A script that exits at step 199 of 400 without finish(): 49.75 %, shown 49.7 and "ended at 49.7%"
+    (rounded down, as every reader shows it); its exit code still decides finished or failed."""
     process = _runner(
         server, "early", tmp_path, "--steps", "400", "--step-seconds", "0", "--exit-at", "199", "--exit-code", str(code)
     )
     _, err = process.communicate(timeout=90)
     assert process.returncode == code, err
     view = _view(server, "early")
-    assert (view["state"], view["progress"]["step"], view["progress"]["percent"]) == (state, 199, 49.75)
-    assert f"stepwatch: job default/early {state} (" in err and "ended at 49.8%)" in err
+    assert (view["state"], view["progress"]["step"], view["progress"]["percent"]) == (state, 199, 49.7)
+    assert f"stepwatch: job default/early {state} (" in err and "ended at 49.7%)" in err
     with Client(server) as client:
-        assert client.job("early").ended_short == "ended at 49.8%"
-    assert "ended at 49.8%" in _jobs_row(capsys, server, "early")
+        assert client.job("early").ended_short == "ended at 49.7%"
+    assert "ended at 49.7%" in _jobs_row(capsys, server, "early")
     watch_code, watched = _cli(capsys, "watch", "early", "--server", server)
-    assert watch_code == code // 3 and "ended at 49.8%" in watched  # 0 finished, 1 failed
+    assert watch_code == code // 3 and "ended at 49.7%" in watched  # 0 finished, 1 failed
     _, described = _cli(capsys, "describe", "early", "--server", server)
-    assert "ended at 49.8%" in described
+    assert "ended at 49.7%" in described
 
 
 @pytest.mark.slow

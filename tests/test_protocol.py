@@ -1518,9 +1518,10 @@ def test_protocol_imports_only_the_standard_library() -> None:
 @pytest.mark.parametrize(
     ("state", "percent", "text"),
     [
-        ("finished", 49.75, "ended at 49.8%"),
+        ("finished", 49.75, "ended at 49.7%"),
+        ("stopped", 2.3, "ended at 2.3%"),  # 2.3 * 10 is 22.999999999999996: not cut to 2.2
         ("failed", 20.0, "ended at 20.0%"),
-        ("stopped", 9.39, "ended at 9.4%"),
+        ("stopped", 9.39, "ended at 9.3%"),
         ("stopped", 99.99, "ended at 99.9%"),  # never rounded up to its total
         ("finished", 100.0, None),
         ("running", 49.75, None),

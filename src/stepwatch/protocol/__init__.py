@@ -79,6 +79,7 @@ __all__ = [
     "parse_rfc3339",
     "report_path",
     "sanitize_name",
+    "shown_percent",
     "validate_metric_name",
     "validate_name",
     "validate_params",
@@ -243,16 +244,28 @@ def validate_metric_name(name: object, field: str = "name") -> str:
 _NONFINITE_IN: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
+def shown_percent(value: float, ended: bool = False) -> float:
+    """A percentage as every reader shows it: one decimal rounded down, within 0..100, and 100 only for a job
+    that reached its total and ``ended`` (a job at 99.99 % reads 99.9; one at its last step but still running
+    reads 99.9 until it ends). Rounded at the sixth decimal first, so that a float a hair under a tenth
+    (``29.999999999999996``, ``2.3 * 10``) is not cut to the tenth below. The one rule: the server's figures,
+    the CLI and :func:`ended_short_text` use it, the dashboard has a tested copy."""
+    if not math.isfinite(value):
+        return 0.0
+    tenths = math.floor(round(max(0.0, min(100.0, value)) * 10, 6))
+    return 100.0 if ended and tenths >= 1000 else min(tenths, 999) / 10
+
+
 def ended_short_text(state: str, percent: float | None) -> str | None:
-    """``"ended at 49.8%"`` for a job that ended (finished, failed or stopped) short of its total, else ``None``.
+    """``"ended at 49.7%"`` for a job that ended (finished, failed or stopped) short of its total, else ``None``.
 
     Every reader (the CLI, the SDK, the dashboard's copy of this rule) says it the same way: a script
-    that exits at step 199 of 400 ended at 49.8 %, whether the runner records it finished or failed.
-    Rounded half up to a tenth, and never to 100.0 (the job did not reach its total).
+    that exits at step 199 of 400 ended at 49.7 % (:func:`shown_percent`: rounded down, never to 100.0,
+    the job did not reach its total), whether the runner records it finished or failed.
     """
     if state not in ENDED_STATES or percent is None or not math.isfinite(percent) or percent >= 100.0:
         return None
-    return f"ended at {min(math.floor(max(percent, 0.0) * 10 + 0.5) / 10, 99.9):.1f}%"
+    return f"ended at {shown_percent(percent):.1f}%"
 
 
 def encode_float(value: float) -> float | str:

@@ -26,6 +26,7 @@ import dataclasses
 import math
 from typing import Any, Literal
 
+from ...protocol import shown_percent
 from ..analysis.cost import Cost, job_cost
 from ..store import Job
 
@@ -57,17 +58,6 @@ _HOUR = 3600.0
 
 
 # ------------------------------------------------------------------------------------------- progress
-
-
-def shown_percent(value: float, ended: bool = False) -> float:
-    """A percentage as every reader shows it: one decimal rounded down, within 0..100, and 100 only for a job
-    that reached its total and ``ended`` (a job at 99.99 % reads 99.9; one at its last step but still running
-    reads 99.9 until it ends). Rounded at the sixth decimal first, so that a
-    float a hair under a tenth (``29.999999999999996``) is not cut to the tenth below."""
-    if not math.isfinite(value):
-        return 0.0
-    tenths = math.floor(round(max(0.0, min(100.0, value)) * 10, 6))
-    return 100.0 if ended and tenths >= 1000 else min(tenths, 999) / 10
 
 
 def progress_percent(job: Job) -> float | None:
