@@ -106,7 +106,7 @@ def test_history_spans_and_waste_in_the_store(store: Store) -> None:
     store.set_health(job.id, "healthy", 10.0, {"message": "fine"}, 10.0)
     store.set_health(job.id, "stalled", 50.0, {"message": "hung", "rank": 3}, 80.0)
     store.set_health(job.id, "healthy", 200.0, {"message": "moves"}, 200.0)
-    store.set_health(job.id, "healthy", 200.0, {"message": "still"}, 250.0)  # no change: no span
+    store.set_health(job.id, "healthy", 200.0, {"message": "still"}, 250.0)  # same state: no span, new words
     store.set_health(job.id, "not_learning", 300.0, {"message": "flat"}, 400.0)
     job = store.set_state(store.job_by_id(job.id) or job, "stopped", 500.0, "plateau")
     spans = job.health_history
@@ -116,7 +116,7 @@ def test_history_spans_and_waste_in_the_store(store: Store) -> None:
         ("healthy", 200.0, 200.0, 400.0),
         ("not_learning", 400.0, 300.0, None),
     ]
-    assert spans[1]["rank"] == 3 and spans[1]["message"] == "hung"
+    assert spans[1]["rank"] == 3 and spans[1]["message"] == "hung" and spans[2]["message"] == "still"
     # wasted: from each bad verdict's start (the analysis's since) to its end, or the job's end
     cost = cost_of(job, 10_000.0, None)
     assert cost.wasted == pytest.approx(((200 - 50) + (500 - 300)) / 3600 * RATE)
@@ -135,6 +135,26 @@ def test_a_job_recorded_before_the_history_starts_it_from_its_stored_health() ->
     spans = next_history([], ("stalled", 50.0, {"message": "hung"}), ("healthy", 120.0, {}), 120.0)
     assert [(s["state"], s["from"], s["to"]) for s in spans] == [("stalled", 50.0, 120.0), ("healthy", 120.0, None)]
     assert next_history(spans, ("healthy", 120.0, {}), ("healthy", 130.0, {}), 130.0) is spans
+
+
+def test_the_open_span_takes_the_words_of_the_evidence_as_it_is_rewritten() -> None:
+    """The evidence of a verdict that holds is rewritten (how long the rank has stood, where: issue 29);
+    the open span says what the verdict now says, with its rank, and a closed span keeps its words."""
+    stalled = ("stalled", 50.0, {"message": "rank 1 has stood 40 s in wait_for_lock (train.py:31)", "rank": 1})
+    spans = next_history([], ("healthy", 0.0, {"message": "fine"}), stalled, 80.0)
+    later = ("stalled", 50.0, {"message": "rank 1 has stood 3 min in wait_for_lock (train.py:31)", "rank": 1})
+    reworded = next_history(spans, stalled, later, 230.0)
+    assert reworded is not spans and reworded[-1]["message"].startswith("rank 1 has stood 3 min")
+    assert [(s["state"], s["from"], s["to"], s.get("rank")) for s in reworded] == [
+        ("healthy", 0.0, 80.0, None),
+        ("stalled", 80.0, None, 1),
+    ]
+    assert spans[-1]["message"].startswith("rank 1 has stood 40 s")  # the list it was given is not changed
+    assert next_history(reworded, later, later, 240.0) is reworded  # the same words: nothing to write
+    nameless = next_history(reworded, later, ("stalled", 50.0, {"message": "no reports for 3 min"}), 250.0)
+    assert "rank" not in nameless[-1] and nameless[-1]["message"] == "no reports for 3 min"
+    recovered = next_history(nameless, ("stalled", 50.0, {}), ("healthy", 260.0, {"message": "moves"}), 260.0)
+    assert recovered[1]["message"] == "no reports for 3 min" and recovered[1]["to"] == 260.0
 
 
 def test_overlapping_bad_verdicts_count_once_and_the_history_is_bounded() -> None:

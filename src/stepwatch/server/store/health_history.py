@@ -38,6 +38,19 @@ def _span(state: str, since: float | None, start: float, evidence: dict[str, Any
     return span
 
 
+def _reworded(history: list[dict[str, Any]], evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    if not history or history[-1].get("to") is not None or history[-1].get("state") == "unknown":
+        return history
+    fresh = _span(str(history[-1]["state"]), history[-1].get("since"), 0.0, evidence)
+    last = history[-1]
+    if fresh["message"] == last.get("message") and fresh.get("rank") == last.get("rank"):
+        return history
+    spans = [*history[:-1], {**{k: v for k, v in last.items() if k != "rank"}, "message": fresh["message"]}]
+    if "rank" in fresh:
+        spans[-1]["rank"] = fresh["rank"]
+    return spans
+
+
 def next_history(
     history: list[dict[str, Any]],
     old: tuple[str, float | None, dict[str, Any]],
@@ -45,11 +58,13 @@ def next_history(
     now: float,
 ) -> list[dict[str, Any]]:
     """The spans after a job's health goes from ``old`` to ``new`` (each ``(state, since, evidence)``)
-    at server time ``now``; unchanged (the same list) when the state is the same."""
+    at server time ``now``. When the state is the same, the open span takes the new evidence's words and
+    rank (the evidence is rewritten as the verdict holds: how long a rank has stood, where); the same list
+    when they did not change either."""
     old_state, old_since, old_evidence = old
     state, since, evidence = new
     if state == old_state:
-        return history
+        return _reworded(history, evidence)
     spans = [dict(s) for s in history]
     if not spans and old_state != "unknown":  # recorded before the history: its health as it was
         spans.append(_span(old_state, old_since, old_since if old_since is not None else now, old_evidence))
