@@ -63,3 +63,13 @@ def test_output_passes_through_byte_for_byte_from_a_pipe() -> None:
     witness.finish()
     assert out.getvalue() == b"caf\xc3\xa9 \r50%\nKeyError: 'x'\n"
     assert witness.reason() == "KeyError: 'x'"
+
+
+def test_a_launcher_that_says_its_child_failed_is_not_the_reason() -> None:
+    """``accelerate launch`` re-raises its child's failure as CalledProcessError: the child's exception is why."""
+    witness = _witness(
+        b"Traceback (most recent call last):\nValueError: environment variable RANK expected, but not set\n\n",
+        b"Traceback (most recent call last):\n",
+        b"subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 1.\n",
+    )
+    assert witness.reason() == "ValueError: environment variable RANK expected, but not set"

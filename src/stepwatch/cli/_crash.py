@@ -34,8 +34,9 @@ _CHUNK = 65536
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _RANK = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?(.*)$")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)(?::\s.*)?$")
-_NOT_A_CAUSE = ("ChildFailedError",)
-"""Exceptions that only say that another process failed (torchrun's own): never the reason."""
+_NOT_A_CAUSE = ("ChildFailedError", "CalledProcessError")
+"""Exceptions that only say that another process failed (torchrun's, ``accelerate launch``'s): never the
+reason; the child's own exception, printed before them, is."""
 
 
 class Witness:
