@@ -356,7 +356,8 @@ def test_stop_reaches_the_reporter(server: str, ns: str, capsys: pytest.CaptureF
     assert err.strip() == f"stepwatch stop: job {ns}/plateau has already stopped: there is nothing to stop"
     code, out, err = _run_cli(capsys, "stop", "ghost", "--server", server, "-n", ns)
     assert code == 3  # no such job: the same status for every command (cli/_errors.py, docs/cli.md)
-    assert err.strip() == f"stepwatch stop: no job {ns}/ghost at {server} (`stepwatch jobs -A` lists them)"
+    hint = f"`stepwatch jobs -A --server {server}` lists them"  # the hint keeps --server: it pastes
+    assert err.strip() == f"stepwatch stop: no job {ns}/ghost at {server} ({hint})"
 
 
 # ------------------------------------------------------------------------- no server, no client

@@ -105,10 +105,16 @@ def close_job_names(client: Any, name: str, namespace: str) -> list[str]:
     return [f"{elsewhere[n]}/{n}" for n in difflib.get_close_matches(name, sorted(elsewhere), n=3, cutoff=_CLOSE)]
 
 
-def no_such_job(command: str, client: Any, name: str, namespace: str, url: str) -> str:
-    """The line for an unknown job: the close matches when there are some, else how to list the jobs."""
+def no_such_job(command: str, client: Any, name: str, namespace: str, url: str, args: Any = None) -> str:
+    """The line for an unknown job: the close matches when there are some, else how to list the jobs (with
+    the user's own ``--server`` and typed ``--token`` from ``args``, so that the hint pastes)."""
+    from types import SimpleNamespace
+
+    from ._format import again
+
     matches = close_job_names(client, name, namespace)
-    hint = f"did you mean {' or '.join(matches)}?" if matches else "`stepwatch jobs -A` lists them"
+    server = SimpleNamespace(server=getattr(args, "server", None), token=getattr(args, "token", None))
+    hint = f"did you mean {' or '.join(matches)}?" if matches else f"`{again(server, 'jobs', '-A')}` lists them"
     return f"stepwatch {command}: no job {namespace}/{name} at {url} ({hint})"
 
 

@@ -446,10 +446,10 @@ def _summarise(client: Any, runs: dict[str, _Run], began: float, duration: float
 
 def _line(name: str, job: dict[str, Any]) -> str:
     percent = job["progress"]["percent"]
-    loss = job["metrics"].get("loss")
+    loss = (job.get("metric_means") or {}).get("loss", job["metrics"].get("loss"))  # the window's mean, as tables
     loss_text = f"{loss:.4g}" if isinstance(loss, float) else str(loss)
     health = (job.get("health") or {}).get("state", "unknown")
-    return f"{name} {job['state']} {health} {percent or 0:.0f}% loss {loss_text}"
+    return f"{name} {job['state']} {health} {percent or 0:.1f}% loss {loss_text}"
 
 
 def _serve(url: str, began: float, duration: float | None) -> None:

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             command = client.stop(args.name, args.namespace, checkpoint=True, reason=reason)
         except NotFound:
-            print(no_such_job("stop", client, args.name, args.namespace, url), file=sys.stderr)
+            print(no_such_job("stop", client, args.name, args.namespace, url, args), file=sys.stderr)
             return NO_SUCH_JOB
         except Conflict as exc:  # it has already ended
             print(f"stepwatch stop: {exc.message}", file=sys.stderr)
