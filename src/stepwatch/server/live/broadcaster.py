@@ -43,6 +43,7 @@ def encode_json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
             pass
     return json.dumps(value, separators=(",", ":"), default=default)
 
+
 _log = logging.getLogger("stepwatch.server")
 
 
