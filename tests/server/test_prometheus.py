@@ -148,3 +148,45 @@ def test_a_real_prometheus_finds_the_job_by_job_name(tmp_path: Path) -> None:
             process.terminate()
             process.wait(30)
             run.finish()
+
+
+def test_a_stalled_jobs_rank_and_place_are_series(api: Any, make_report: Callable[..., dict[str, Any]]) -> None:
+    """Issue 29 item 6: where a verdict stands reaches Prometheus too. Two ranks train at 1 s a step, then
+    rank 1 stands in its own ``wait_for_lock`` while rank 0 waits for it in all_reduce (their report cores'
+    stack readings, as sent): the job is stalled, and the scrape names rank 1 and what it is doing."""
+    token = api.register("ddp", namespace="nlp", total_steps=1000)
+    seqs = {0: 0, 1: 0}
+
+    def send(rank: int, step: int, where: dict[str, Any] | None = None) -> None:
+        seqs[rank] += 1
+        body = make_report(seqs[rank], step, {"loss": 1.0} if rank == 0 else None, rank=rank, world_size=2)
+        body["sent_at"] = api.clock()
+        body["activity_shares"] = {"computing": 0.9, "communicating": 0.1}
+        if where is not None:
+            body["where"] = where
+        api.report_ok("ddp", token, body, namespace="nlp")
+
+    for step in range(1, 41):
+        api.clock.advance(1.0)
+        send(0, step)
+        send(1, step)
+    held = {
+        "activity": "waiting",
+        "detail": "held.acquire",
+        "frames": [{"function": "wait_for_lock", "file": "train.py", "line": 31}],
+    }
+    waits = {"activity": "communicating", "detail": "torch.distributed.all_reduce"}
+    for stood in range(2, 92, 2):
+        api.clock.advance(2.0)
+        send(1, 40, {**held, "stood_seconds": float(stood)})
+        send(0, 40, {**waits, "stood_seconds": float(stood)})
+    health = api.job("ddp", namespace="nlp")["health"]
+    assert health["state"] == "stalled", health
+    assert health["evidence"]["rank"] == 1 and "wait_for_lock (train.py:31)" in health["evidence"]["message"]
+    samples = scrape(api)
+    key = (
+        "stepwatch_job_stalled_rank_seconds",
+        (("activity", "waiting"), ("job_name", "ddp"), ("job_namespace", "nlp"), ("rank", "1")),
+    )
+    assert key in samples and 35.0 <= samples[key] <= 95.0, [k for k in samples if "rank" in k[0]]
+    assert not any(name == "stepwatch_job_straggler_ratio" for name, _ in samples)

@@ -2,7 +2,8 @@
 
 Per live job (pending or running, latest attempt; labels ``job_namespace`` and ``job_name``): progress
 ratio, step and total, ETA, steps per second, age of the last report, health (one series per state,
-1 for the current one), cost rate and spent, and the last value of each metric. Per namespace, over
+1 for the current one), where a verdict stands (the stalled rank and what it is doing, the straggler
+and its host), cost rate and spent, and the last value of each metric. Per namespace, over
 every job: how many are in each state and health, and the cost figures summed. Ended jobs leave the
 per-job series (their totals stay in the namespace sums), so the series count follows the live jobs,
 not the history.
@@ -82,6 +83,16 @@ class JobsCollector(Collector):
         metric = GaugeMetricFamily(
             "stepwatch_job_metric_last", "Last value of a metric the job logs.", labels=[*labels, "metric"]
         )
+        stalled_rank = GaugeMetricFamily(
+            "stepwatch_job_stalled_rank_seconds",
+            "While a job is stalled: seconds the rank holding it has stood, by what it is doing (its stack).",
+            labels=[*labels, "rank", "activity"],
+        )
+        straggler = GaugeMetricFamily(
+            "stepwatch_job_straggler_ratio",
+            "While a job is straggling: how many times slower than the median rank its slowest rank is.",
+            labels=[*labels, "rank", "host"],
+        )
         states: Counter[tuple[str, str]] = Counter()
         healths: Counter[tuple[str, str]] = Counter()
         costs: dict[str, list[Cost]] = defaultdict(list)
@@ -108,46 +119,15 @@ class JobsCollector(Collector):
             _add(g["cost_spent_usd"], key, cost.spent)
             for state in HEALTH_STATES:
                 health.add_metric([*key, state], 1.0 if state == current else 0.0)
+            _add_place(stalled_rank, straggler, job, key, now)
             for name, value in sorted(job.last_metrics.items())[:MAX_METRICS_PER_JOB]:
                 metric.add_metric([*key, name], value)  # NaN and Inf are valid sample values
         yield from g.values()
         yield health
+        yield stalled_rank
+        yield straggler
         yield metric
-        count = GaugeMetricFamily(
-            "stepwatch_jobs", "Jobs (latest attempts) by state.", labels=[NAMESPACE_LABEL, "state"]
-        )
-        for (namespace, state), n in sorted(states.items()):
-            count.add_metric([namespace, state], n)
-        yield count
-        by_health = GaugeMetricFamily(
-            "stepwatch_jobs_by_health", "Jobs (latest attempts) by health.", labels=[NAMESPACE_LABEL, "health"]
-        )
-        for (namespace, state), n in sorted(healths.items()):
-            by_health.add_metric([namespace, state], n)
-        yield by_health
-        sums = {
-            "rate_usd_per_hour": GaugeMetricFamily(
-                "stepwatch_namespace_cost_rate_usd_per_hour",
-                "Cost per hour of the namespace's live jobs.",
-                labels=[NAMESPACE_LABEL],
-            ),
-            "spent_usd": GaugeMetricFamily(
-                "stepwatch_namespace_cost_spent_usd",
-                "Spent by the namespace's jobs (listed ones).",
-                labels=[NAMESPACE_LABEL],
-            ),
-            "wasted_usd": GaugeMetricFamily(
-                "stepwatch_namespace_cost_wasted_usd",
-                "Spent after jobs stopped doing useful work.",
-                labels=[NAMESPACE_LABEL],
-            ),
-        }
-        for namespace, items in sorted(costs.items()):
-            t = totals(items)
-            sums["rate_usd_per_hour"].add_metric([namespace], totals(live_costs[namespace]).rate_per_hour)
-            sums["spent_usd"].add_metric([namespace], t.spent)
-            sums["wasted_usd"].add_metric([namespace], t.wasted)
-        yield from sums.values()
+        yield from _namespace_families(states, healths, costs, live_costs)
         reports = CounterMetricFamily(
             "stepwatch_reports", "Reports the server stored since it started.", labels=["kind"]
         )
@@ -156,9 +136,68 @@ class JobsCollector(Collector):
         yield reports
 
 
+def _namespace_families(
+    states: Counter[tuple[str, str]],
+    healths: Counter[tuple[str, str]],
+    costs: dict[str, list[Cost]],
+    live_costs: dict[str, list[Cost]],
+) -> Iterator[Metric]:
+    """Per namespace: jobs by state and by health, and the cost figures summed."""
+    count = GaugeMetricFamily("stepwatch_jobs", "Jobs (latest attempts) by state.", labels=[NAMESPACE_LABEL, "state"])
+    for (namespace, state), n in sorted(states.items()):
+        count.add_metric([namespace, state], n)
+    yield count
+    by_health = GaugeMetricFamily(
+        "stepwatch_jobs_by_health", "Jobs (latest attempts) by health.", labels=[NAMESPACE_LABEL, "health"]
+    )
+    for (namespace, state), n in sorted(healths.items()):
+        by_health.add_metric([namespace, state], n)
+    yield by_health
+    sums = {
+        "rate_usd_per_hour": GaugeMetricFamily(
+            "stepwatch_namespace_cost_rate_usd_per_hour",
+            "Cost per hour of the namespace's live jobs.",
+            labels=[NAMESPACE_LABEL],
+        ),
+        "spent_usd": GaugeMetricFamily(
+            "stepwatch_namespace_cost_spent_usd",
+            "Spent by the namespace's jobs (listed ones).",
+            labels=[NAMESPACE_LABEL],
+        ),
+        "wasted_usd": GaugeMetricFamily(
+            "stepwatch_namespace_cost_wasted_usd",
+            "Spent after jobs stopped doing useful work.",
+            labels=[NAMESPACE_LABEL],
+        ),
+    }
+    for namespace, items in sorted(costs.items()):
+        t = totals(items)
+        sums["rate_usd_per_hour"].add_metric([namespace], totals(live_costs[namespace]).rate_per_hour)
+        sums["spent_usd"].add_metric([namespace], t.spent)
+        sums["wasted_usd"].add_metric([namespace], t.wasted)
+    yield from sums.values()
+
+
 def _add(family: GaugeMetricFamily, labels: list[str], value: Any) -> None:
     if value is not None and not (isinstance(value, float) and math.isnan(value)):
         family.add_metric(labels, float(value))
+
+
+def _add_place(stalled: GaugeMetricFamily, straggler: GaugeMetricFamily, job: Job, key: list[str], now: float) -> None:
+    """The rank a verdict names and where it stands, from the verdict's evidence (issue 29: every reader
+    says where); nothing for a verdict that names no rank (an upstream client's job, a whole job silent)."""
+    evidence = job.health_evidence or {}
+    rank = evidence.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        return
+    if job.health == "stalled":
+        since = evidence.get("since")
+        stood = now - since if isinstance(since, (int, float)) and since <= now else evidence.get("observed")
+        activity = evidence.get("activity")
+        _add(stalled, [*key, str(rank), activity if isinstance(activity, str) else "unknown"], stood)
+    elif job.health == "straggling":
+        host = evidence.get("host")
+        _add(straggler, [*key, str(rank), host if isinstance(host, str) else ""], evidence.get("ratio"))
 
 
 def _health_of(job: Job) -> str:
