@@ -245,10 +245,33 @@ const EVIDENCE_LABELS = {
   detail: "In the call", frames: "In your code", place: "Where", holding: "Ranks standing",
   waiting: "Ranks waiting for them", step_time: "Usual step time (p99)", phase: "Phase",
   eval_seconds: "Evaluating for", recovered_from: "Recovered from", since: "Since",
+  ranks_standing: "Ranks standing", host: "Host", ratio: "Slower than the median rank by",
+  speedup_without: "Faster without it by", activity_shares: "Its time goes to",
+  median_activity_shares: "The median rank's time goes to", hint: "Without it",
 };
 
+// pieces of evidence that only say again what the message says (a straggler's hint, a stall's place), or
+// mark it (an ended job's final judgement): shown only when the message does not already hold them
+const REPEATS_MESSAGE = new Set(["hint", "place", "final"]);
+
 // the stall checker's internal names for what a rank stands in, in words
-const STAND_KINDS = { busy: "a training step", patient: "a save or an evaluation" };
+const STAND_KINDS = {
+  busy: "a training step", patient: "a save or an evaluation", hang: "its own code, a lock or its loader",
+};
+
+/** A ratio as a person reads it: 2.4 -> "2.4x". */
+function fmtTimes(v) {
+  const n = num(v);
+  return n === null ? DASH : `${fmtNum(n, 2)}x`;
+}
+
+/** Activity shares ({computing: 0.62, loading_data: 0.3}) as "computing 62%, loading data 30%", largest first. */
+function fmtShares(shares) {
+  if (!shares || typeof shares !== "object") return fmtValue(shares);
+  const entries = Object.entries(shares).filter(([, v]) => num(v) !== null).sort((a, b) => num(b[1]) - num(a[1]));
+  if (!entries.length) return DASH;
+  return entries.map(([k, v]) => `${k.replaceAll("_", " ")} ${Math.round(num(v) * 100)}%`).join(", ");
+}
 
 /** Ranks as a person reads them: "rank 0", "ranks 0, 2", "none". */
 function fmtRanks(ranks) {
@@ -267,13 +290,22 @@ function fmtFrame(frame) {
     their unit (a stall's observed and threshold are seconds), ranks and frames as words, no internal names. */
 export function evidenceFacts(evidence) {
   const ev = evidence || {};
-  const entries = Object.entries(ev).filter(([k, v]) => k !== "message" && v !== null && v !== undefined);
+  const message = typeof ev.message === "string" ? ev.message : "";
+  const repeats = (k, v) => REPEATS_MESSAGE.has(k) && (typeof v !== "string" || v === "" || message.includes(v));
+  const entries = Object.entries(ev).filter(([k, v]) => k !== "message" && v !== null && v !== undefined && !repeats(k, v));
   const order = Object.keys(EVIDENCE_LABELS);
   const rank = (k) => (order.includes(k) ? order.indexOf(k) : order.length);
   entries.sort((a, b) => rank(a[0]) - rank(b[0]));
   // a stall's evidence measures time: how long the step has stood against how long it may
   const timed = ev.metric === "step" || ev.metric === "reports";
+  // a straggler's evidence measures pace: how many times slower than the median rank, against the rule's ratio
+  const paced = ev.metric === "rank_pace";
   const text = (k, v) => {
+    if (k === "metric" && paced) return "each rank's pace";
+    if ((k === "observed" || k === "threshold") && paced) return fmtTimes(v);
+    if (k === "ratio" || k === "speedup_without") return fmtTimes(v);
+    if (k === "activity_shares" || k === "median_activity_shares") return fmtShares(v);
+    if (k === "ranks_standing") return fmtRanks(v);
     if (k === "window") return fmtWindow(v);
     if (k === "recovered_from") return healthLabel(v);
     if (k === "step" || k.endsWith("_step")) return fmtInt(v);

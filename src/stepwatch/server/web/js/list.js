@@ -393,9 +393,13 @@ function fillRow(tr, job, index, t) {
   const healthClass = `badge ${stateClass("h", job.health.state, HEALTH_STATES)}`;
   setAttr(c[3].lastChild, "class", `${healthClass} sub`);
   setText(c[3].lastChild, healthLabel(job.health.state));
+  // the verdict's message (rank and place in words) is the badge's tooltip: the list has no room for it
+  const why = String((job.health.evidence && job.health.evidence.message) || "");
+  setAttr(c[3].lastChild, "title", why);
   const healthBadge = c[4].firstChild;
   setAttr(healthBadge, "class", healthClass);
   setText(healthBadge, healthLabel(job.health.state));
+  setAttr(healthBadge, "title", why);
   // the bar and the number beside it are one value: the percent as the server sends it (shown by one rule)
   const percent = shownPercent(job.progress.percent);
   const bar = c[5].firstChild.firstChild;

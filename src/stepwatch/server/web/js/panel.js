@@ -246,7 +246,7 @@ class Panel {
       h("p", null, h("span", { class: `badge ${stateClass("h", health.state, HEALTH_STATES)}` }, healthLabel(health.state)),
         health.since ? ` since ${fmtDateTime(health.since)}` : ""),
       ev.message ? h("p", { class: "evidence", "data-testid": "evidence" }, String(ev.message)) : null,
-      details.length ? facts(details, { class: "facts small" }) : null,
+      details.length ? facts(details, { class: "facts small", "data-testid": "evidence-facts" }) : null,
       this.historyTable());
   }
 
