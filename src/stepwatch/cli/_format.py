@@ -220,31 +220,123 @@ _EVIDENCE_LABELS = {
     "eval_gain": "Evaluation improvement",
     "eval_noise": "Evaluation noise",
     "rank": "Rank",
+    "step": "At step",
+    "kind": "Standing in",
+    "activity": "Doing",
+    "detail": "In the call",
+    "frames": "In your code",
+    "place": "Where",
+    "holding": "Ranks standing",
+    "waiting": "Ranks waiting for them",
+    "step_time": "Usual step time (p99)",
+    "phase": "Phase",
+    "eval_seconds": "Evaluating for",
     "recovered_from": "Recovered from",
+    "ranks_standing": "Ranks standing",
+    "host": "Host",
+    "ratio": "Slower than the median rank by",
+    "speedup_without": "Faster without it by",
+    "activity_shares": "Its time goes to",
+    "median_activity_shares": "The median rank's time goes to",
+    "hint": "Without it",
 }
 """What each piece of a health verdict's evidence is, in the order a person reads them (the dashboard's
-``evidenceFacts`` says the same)."""
+``evidenceFacts`` in ``web/js/format.js`` says the same, label for label)."""
+
+_STAND_KINDS = {
+    "busy": "a training step",
+    "patient": "a save or an evaluation",
+    "hang": "its own code, a lock or its loader",
+}
+"""The stall checker's names for what a rank stands in, in words."""
+
+_REPEATS_MESSAGE = ("hint", "place", "final")
+"""Pieces of evidence that only say again what the message says (a straggler's hint, a stall's place) or
+mark it (an ended job's final judgement): shown only when the message does not already hold them."""
+
+
+def ranks_text(ranks: Any) -> str:
+    """Ranks as a person reads them: ``rank 0``, ``ranks 0, 2``, ``none``."""
+    if not isinstance(ranks, (list, tuple)):
+        return value_text(ranks)
+    if not ranks:
+        return "none"
+    return f"rank{'' if len(ranks) == 1 else 's'} " + ", ".join(str(r) for r in ranks)
+
+
+def times_text(value: Any) -> str:
+    """A ratio as a person reads it: ``2.4x``, ``3x``; ``-`` when unknown."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:.2f}".rstrip("0").rstrip(".") + "x"
+
+
+def shares_text(shares: Any) -> str:
+    """Activity shares (``{"computing": 0.62, "loading_data": 0.3}``) as ``computing 62%, loading data 30%``,
+    largest first."""
+    if not isinstance(shares, Mapping):
+        return value_text(shares)
+    found = [(str(k), float(v)) for k, v in shares.items() if isinstance(v, (int, float)) and math.isfinite(v)]
+    found.sort(key=lambda kv: -kv[1])
+    return ", ".join(f"{k.replace('_', ' ')} {round(v * 100)}%" for k, v in found) or "-"
+
+
+def _frame_text(frame: Any) -> str:
+    if isinstance(frame, Mapping):
+        return f"{frame.get('function')} ({frame.get('file')}:{frame.get('line')})"
+    return str(frame)
+
+
+def _evidence_text(key: str, value: Any, evidence: Mapping[str, Any]) -> str:
+    metric = evidence.get("metric")
+    timed = metric in ("step", "reports")  # a stall's observed and threshold are seconds
+    paced = metric == "rank_pace"  # a straggler's are how many times slower than the median rank
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if key == "window":
+        return window_text(value)
+    if key == "metric" and paced:
+        return "each rank's pace"
+    if (key in ("observed", "threshold") and paced) or key in ("ratio", "speedup_without"):
+        return times_text(value)
+    if key in ("observed", "threshold") and timed and number:
+        return duration(value)
+    if key in ("activity_shares", "median_activity_shares"):
+        return shares_text(value)
+    if (key == "step" or key.endswith("_step")) and isinstance(value, int):
+        return f"{value:,}"
+    if key == "step_time" and number:
+        return f"{value:.3g} s"
+    if key.endswith("_seconds") and number:
+        return duration(value)
+    if key == "kind":
+        return _STAND_KINDS.get(str(value), str(value).replace("_", " "))
+    if key in ("activity", "phase", "recovered_from"):
+        return str(value).replace("_", " ")
+    if key in ("holding", "waiting", "ranks_standing"):
+        return ranks_text(value)
+    if key == "frames" and isinstance(value, (list, tuple)):
+        return "; ".join(_frame_text(f) for f in value) or "-"
+    return value_text(value, key)
 
 
 def evidence_lines(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A verdict's evidence as ``(label, text)`` lines, every value formatted; its message and its start
-    (shown beside the state) aside."""
+    """A verdict's evidence as ``(label, text)`` lines, every value formatted as the dashboard formats it
+    (durations with their unit, ratios as ``2.4x``, shares as percentages, ranks and frames in words); its
+    message and its start (shown beside the state) aside, and what only repeats the message."""
+    message = str(evidence.get("message") or "")
+
+    def repeats(key: str, value: Any) -> bool:
+        return key in _REPEATS_MESSAGE and (not isinstance(value, str) or not value or value in message)
+
     order = list(_EVIDENCE_LABELS)
     keys = sorted(
-        (k for k, v in evidence.items() if k not in ("message", "since") and v is not None),
+        (k for k, v in evidence.items() if k not in ("message", "since") and v is not None and not repeats(k, v)),
         key=lambda k: order.index(k) if k in order else len(order),
     )
-    lines = []
-    for key in keys:
-        value = evidence[key]
-        if key == "window":
-            text = window_text(value)
-        elif key.endswith("_step") and isinstance(value, int):
-            text = f"{value:,}"
-        else:
-            text = value_text(value, key)
-        lines.append((_EVIDENCE_LABELS.get(key, key.replace("_", " ").capitalize()), text))
-    return lines
+    return [
+        (_EVIDENCE_LABELS.get(key, key.replace("_", " ").capitalize()), _evidence_text(key, evidence[key], evidence))
+        for key in keys
+    ]
 
 
 def rate_text(value: float | None) -> str:

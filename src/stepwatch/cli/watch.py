@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import queue
 import sys
+import textwrap
 import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
@@ -24,6 +25,7 @@ from ._format import (
     is_terminal,
     loss_text,
     missing_client,
+    printable,
     progress_text,
     rate_phrase,
     step_text,
@@ -34,7 +36,17 @@ from ._format import (
 if TYPE_CHECKING:
     from ..client import Client
 
-__all__ = ["EXIT_CODES", "Feed", "bar_fields", "bar_line", "outcome", "progress_line", "register", "run"]
+__all__ = [
+    "EXIT_CODES",
+    "Feed",
+    "bar_fields",
+    "bar_line",
+    "outcome",
+    "progress_line",
+    "register",
+    "run",
+    "verdict_lines",
+]
 
 EXIT_CODES = {"finished": 0, "failed": 1, "stopped": 2}
 POLL_AFTER_S = 3.0
@@ -177,6 +189,24 @@ def outcome(view: dict[str, Any]) -> tuple[str, int]:
     return text, EXIT_CODES.get(state, 1)
 
 
+def verdict_lines(view: dict[str, Any], width: int | None = None) -> list[str]:
+    """What the verdict says, for under the bar, when the job is not healthy: ``stalled: rank 1 has stood
+    36 s after step 29 in wait_for_lock (train.py:31), ...``, wrapped at ``width`` cells between words (a
+    number, a frame or a host is never cut; a word longer than the line stands alone on its line). Nothing
+    for a healthy job, nor for ``unknown`` (no data yet: nothing to act on), nor without a message."""
+    health = view.get("health") or {}
+    state = str(health.get("state") or "")
+    message = str((health.get("evidence") or {}).get("message") or "")
+    if state in ("", "healthy", "unknown") or not message:
+        return []
+    text = printable(f"{state.replace('_', ' ')}: {message}")
+    if width is None or width <= 0:
+        return [text]
+    return textwrap.wrap(
+        text, width=max(width, 20), subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    ) or [text]
+
+
 # -------------------------------------------------------------------------------- the displays
 
 
@@ -187,6 +217,7 @@ class _Lines:
         self._out = out
         self._last_line = ""
         self._last_at = -LINE_EVERY_S
+        self._last_verdict: list[str] = []
 
     def __enter__(self) -> _Lines:
         return self
@@ -200,6 +231,11 @@ class _Lines:
         if line != self._last_line and now - self._last_at >= LINE_EVERY_S:
             print(line, file=self._out, flush=True)
             self._last_line, self._last_at = line, now
+            # the verdict under it, once each time its words change (a log reader needs it once, not every 2 s)
+            verdict = verdict_lines(view)
+            if verdict and verdict != self._last_verdict:
+                print("\n".join("  " + v for v in verdict), file=self._out, flush=True)
+            self._last_verdict = verdict
 
 
 BAR_MIN = 12
@@ -274,6 +310,14 @@ class _Bar:
         line.append("━" * filled, style="magenta" if value is not None else "")
         line.append("━" * (cells - filled), style="grey23")
         line.append(" " + after)
+        # a job that is not healthy says why under its bar, in words that fit the terminal (never cut)
+        verdict = verdict_lines(view, self._console.width)
+        if verdict:
+            from rich.console import Group
+
+            style = "yellow" if (view.get("health") or {}).get("state") != "diverging" else "red"
+            self._live.update(Group(line, *(Text(v, style=style, overflow="fold") for v in verdict)), refresh=True)
+            return
         self._live.update(line, refresh=True)
 
 
