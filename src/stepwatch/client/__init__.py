@@ -58,6 +58,7 @@ from ._models import (
     NamespacePolicy,
     Policy,
 )
+from ._verdict import StallPlace, Straggler
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -102,7 +103,9 @@ __all__ = [
     "Retry",
     "ServerError",
     "ServerUnreachable",
+    "StallPlace",
     "StepwatchError",
+    "Straggler",
     "Times",
     "TrainerStatus",
     "Unauthorized",

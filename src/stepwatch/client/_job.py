@@ -18,6 +18,7 @@ from ._errors import InvalidResponse
 from ._html import HEALTH_COLOURS, MAX_ROWS, STATE_COLOURS, badge, duration, money, number, progress_bar
 from ._models import JobPolicy, _pandas, command_from
 from ._parse import as_dict, as_list, opt_float, opt_int, opt_str, req_int, req_str, sub, to_float
+from ._verdict import StallPlace, Straggler
 
 __all__ = [
     "END_STATES",
@@ -125,6 +126,17 @@ class Health:
     state: str = "unknown"
     since: float | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    place: StallPlace | None = None
+    """Where the stalled rank stands (rank, kind, activity, frames, the ranks waiting for it), when its report
+    core read it; ``None`` for other verdicts."""
+    straggler: Straggler | None = None
+    """The straggler of a ``straggling`` verdict (rank, host, ratio, speedup without it, activity shares)."""
+
+    @property
+    def rank(self) -> int | None:
+        """The rank the verdict names (the one holding the others, the straggler), when it names one."""
+        rank = self.evidence.get("rank")
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
     @property
     def ok(self) -> bool:
@@ -140,11 +152,14 @@ class Health:
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str = "health") -> Health:
         """Read the ``health`` object of a job view."""
-        evidence = obj.get("evidence")
+        raw = obj.get("evidence")
+        evidence = as_dict(raw, f"{where}.evidence") if raw is not None else {}
         return cls(
             state=opt_str(obj, "state", where) or "unknown",
             since=opt_float(obj, "since", where),
-            evidence=as_dict(evidence, f"{where}.evidence") if evidence is not None else {},
+            evidence=evidence,
+            place=StallPlace.from_evidence(evidence, f"{where}.evidence"),
+            straggler=Straggler.from_evidence(evidence, f"{where}.evidence"),
         )
 
 
@@ -674,7 +689,7 @@ def jobs_html(jobs: Sequence[Job]) -> str:
             "<tr>"
             f"<td>{escape(job.namespace)}/{escape(job.name)}</td>"
             f"<td>{badge(job.state, STATE_COLOURS.get(job.state, '#6e7781'))}</td>"
-            f"<td>{badge(job.health.state, colour)}</td>"
+            f'<td title="{escape(job.health.message)}">{badge(job.health.state, colour)}</td>'
             f"<td>{progress_bar(job.progress.percent, colour, '8em')}</td>"
             f"<td>{_step(job)}</td><td>{duration(job.eta.remaining_seconds)}</td><td>{number(job.loss_mean)}</td>"
             f"<td>{money(job.cost.spent, job.cost.currency)}</td><td>{money(job.cost.wasted, job.cost.currency)}</td>"
