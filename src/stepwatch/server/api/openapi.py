@@ -24,6 +24,7 @@ from ..policies.model import POLICY
 from ..views.serialisers import LIST_COLUMNS
 from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
 from .bodyspec import Body
+from .openapi_job import JOB_SCHEMA
 
 __all__ = ["openapi_document"]
 
@@ -198,7 +199,7 @@ _WIRE_SCHEMAS: dict[str, Any] = {
 
 _VIEW_SCHEMAS: dict[str, Any] = {
     "Job": {
-        "type": "object",
+        **JOB_SCHEMA,
         "description": (
             "A job with its derived progress, ETA, last metrics, health (state, since, evidence) and cost "
             "(rate_per_hour, spent, projected, wasted). eta.source says where the ETA shown comes from: "
@@ -208,7 +209,11 @@ _VIEW_SCHEMAS: dict[str, Any] = {
             "status an upstream Kubeflow client posted, as posted, or the job in that shape. health_history "
             "(full views) is every verdict the job had, oldest first, kept after it recovers or ends: state, "
             "from and to (server times; to is null while it stands), since (when the analysis says it began), "
-            "message, rank where one is named, seconds it stood, its cost and what of it was wasted."
+            "message, rank where one is named, start and end (the time it covers: the spans cover the job "
+            "without overlap or gap, unknown spans where no verdict held), seconds it stood, its cost and what "
+            "of it was wasted. progress.percent is the shown value (one decimal, rounded down); the live rates "
+            "are null when the job is stalled or ended, cost.rate_per_hour null once it ended. A verdict by where "
+            "each rank stands names the rank and its place in words in health.evidence (see its schema)."
         ),
     },
     "JobList": {
