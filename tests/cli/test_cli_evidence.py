@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from stepwatch.cli._format import clock_time, evidence_lines, value_text, window_text
+from stepwatch.cli._top_view import job_details
 from stepwatch.cli.describe import describe
 from stepwatch.cli.watch import _Bar, _Lines, verdict_lines
+from stepwatch.client import Job
 from stepwatch.server.analysis.health import HealthTracker
 from stepwatch.server.analysis.health_params import HealthParams
 
@@ -219,3 +221,15 @@ def test_watch_on_a_terminal_puts_the_verdict_under_the_bar() -> None:
     text = out.getvalue()
     assert "━" in text and "stalled: rank 1 has stood" in text and "wait_for_lock" in text, text
     assert text.index("━") < text.index("stalled: rank 1")
+
+
+def test_top_job_screen_gives_a_verdicts_evidence_in_words() -> None:
+    hang, straggler = _hang_and_straggler()
+    base = {"name": "ddp", "namespace": "default", "state": "running", "progress": {"step": 20, "total_steps": 1000}}
+    text = job_details(Job({**base, "health": {"state": "stalled", "since": 1.0, "evidence": hang}}), [])
+    assert "Standing in:[/dim] its own code, a lock or its loader" in text, text
+    assert "In your code:[/dim] wait_for_lock (train.py:31)" in text and "Ranks waiting for them:[/dim] rank 0" in text
+    text = job_details(Job({**base, "health": {"state": "straggling", "since": 1.0, "evidence": straggler}}), [])
+    assert "Host:[/dim] node-3" in text and "loading data 60%" in text, text
+    healthy = {"state": "healthy", "evidence": {"metric": "loss", "message": "fine", "threshold": 0.01}}
+    assert "Threshold" not in job_details(Job({**base, "health": healthy}), [])  # nothing to act on: the message only

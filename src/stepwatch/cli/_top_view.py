@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._format import NO_RATE, clock_time, duration, printable
+from ._format import NO_RATE, clock_time, duration, evidence_lines, printable
 from ._format import fit_columns as fit_table
 
 if TYPE_CHECKING:
@@ -157,6 +157,12 @@ def job_details(job: Job, events: Sequence[Any]) -> str:
         f"ETA       {duration(e.remaining_seconds)}"
         + (f"  (finishes {time.strftime('%a %H:%M', time.localtime(e.finish_time))})" if e.finish_time else ""),
         f"health    [{_HEALTH_STYLE.get(h.state, '')}]{h.state}[/]  {escape(h.message)}",
+    ]
+    # a verdict to act on gets its evidence, labelled as `describe` and the dashboard label it (the rank, where
+    # it stands, the straggler's host and shares, in words)
+    if h.state not in ("healthy", "unknown"):
+        lines += [f"          [dim]{escape(label)}:[/dim] {escape(text)}" for label, text in evidence_lines(h.evidence)]
+    lines += [
         f"cost      {_money(c.rate_per_hour) if c.rate_per_hour is not None else NO_RATE} {c.currency}/h"
         f"  spent {_money(c.spent)}  projected "
         f"{_money(c.projected)}  wasted {_money(c.wasted)}  saved {_money(c.saved)}",
