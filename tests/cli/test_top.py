@@ -186,6 +186,8 @@ def test_the_job_screen_follows_the_job(server: str, ns: str) -> None:
             await _until(pilot, lambda: "finished" in app.screen.body and "— steps/s (ended)" in app.screen.body)
             assert "— USD/h" in app.screen.body
             await pilot.press("escape")
+            # the list's row follows the same update, maybe a refresh after the pane: wait for it, not a race
+            await _until(pilot, lambda: dict(zip(COLUMNS, _rows(app)[0]))["$/H"] == "—")
             row = dict(zip(COLUMNS, _rows(app)[0]))
             assert row["$/H"] == "—" and row["STATE"] == "finished"
             await pilot.press("q")
