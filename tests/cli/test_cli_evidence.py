@@ -154,8 +154,8 @@ def test_a_hang_and_a_straggler_read_in_the_dashboards_words() -> None:
     assert "Where" not in lines  # the place is in the message already
     lines = dict(evidence_lines(straggler))
     assert lines["Metric"] == "each rank's pace"
-    assert lines["Observed"] == "3x" and lines["Threshold"] == "1.5x"  # times slower, never a bare fraction
-    assert lines["Host"] == "node-3" and lines["Slower than the median rank by"] == "3x"
+    assert lines["Observed"] == "3.0x" and lines["Threshold"] == "1.5x"  # times slower, never a bare fraction
+    assert lines["Host"] == "node-3" and lines["Slower than the median rank by"] == "3.0x"
     assert lines["Its time goes to"] == "loading data 60%, computing 30%, communicating 10%"
     assert lines["The median rank's time goes to"] == "communicating 70%, computing 30%"
     assert "Without it" not in lines  # the elastic hint is in the message

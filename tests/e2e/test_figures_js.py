@@ -7,6 +7,7 @@ that has ended or stands stalled, and the y scale that keeps a comparison readab
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -262,3 +263,66 @@ def test_stall_evidence_reads_in_words_with_units(page: Any, server: Any) -> Non
     assert shown["In your code"] == "train (train.py:42); load (data.py:7)"
     assert shown["Evaluating for"] == "1m 05s"
     assert not any("_" in label or "_" in value for label, value in facts), facts
+
+
+HANG = {  # evidence of a hang as the server writes it (analysis/stall.py), frames as the wire's text
+    "metric": "step",
+    "window": {"seconds": 36.0},
+    "threshold": 35.0,
+    "observed": 36.4,
+    "since": 1e9,
+    "message": "rank 1 has stood 36 s after step 29 in wait_for_lock (train.py:31), waiting "
+    "(threading.Lock.acquire); rank 0 waits for it in torch.distributed.all_reduce",
+    "rank": 1,
+    "step": 29,
+    "step_time": 0.5,
+    "kind": "hang",
+    "holding": [1],
+    "waiting": [0],
+    "activity": "waiting",
+    "place": "in wait_for_lock (train.py:31), waiting (threading.Lock.acquire)",
+    "frames": ["wait_for_lock (train.py:31)", "main (train.py:58)"],
+    "detail": "threading.Lock.acquire",
+    "ranks_standing": [1],
+}
+STRAGGLER = {  # a straggler's (analysis/straggler.py)
+    "metric": "rank_pace",
+    "window": {"seconds": 300},
+    "threshold": 1.5,
+    "observed": 2.44,
+    "since": 1e9,
+    "message": "rank 2 (host node-3) is 2.4x slower than the median rank, for 5 min; without rank 2 the job "
+    "would run 2.4x faster",
+    "rank": 2,
+    "host": "node-3",
+    "ratio": 2.44,
+    "speedup_without": 2.4,
+    "activity_shares": {"computing": 0.3, "loading_data": 0.6, "communicating": 0.1},
+    "median_activity_shares": {"computing": 0.3, "communicating": 0.7},
+    "hint": "without rank 2 the job would run 2.4x faster",
+}
+SAME_WORDS = {  # labels whose text both readers write the same way (durations and plain numbers have each their own)
+    "Standing in", "Doing", "In the call", "In your code", "Ranks standing", "Ranks waiting for them", "Host",
+    "Slower than the median rank by", "Faster without it by", "Its time goes to", "The median rank's time goes to",
+    "At step", "Rank",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("evidence", [HANG, STRAGGLER], ids=["hang", "straggler"])
+def test_the_dashboard_and_the_cli_say_a_verdict_in_the_same_words(page: Any, server: Any, evidence: Any) -> None:
+    """Issue 29 item 6: ``evidenceFacts`` (the panel) and ``evidence_lines`` (``describe``, ``top``) give the same
+    labels in the same order, and the same words for the rank, its place, its host and its shares."""
+    from stepwatch.cli._format import evidence_lines
+
+    facts = [tuple(f) for f in run_module(page, server.url, f"return F.evidenceFacts({json.dumps(evidence)});")]
+    lines = evidence_lines(evidence)
+    assert [label for label, _ in facts if label != "Since"] == [label for label, _ in lines]
+    js, py = dict(facts), dict(lines)
+    for label in SAME_WORDS & set(js):
+        assert js[label] == py[label], (label, js[label], py[label])
+    assert "Where" not in js and "Without it" not in js  # they repeat the message
+    if evidence is STRAGGLER:
+        assert js["Observed"] == py["Observed"] == "2.4x" and js["Threshold"] == py["Threshold"] == "1.5x"
+        assert js["Its time goes to"] == "loading data 60%, computing 30%, communicating 10%"
+    else:
+        assert js["Standing in"] == "its own code, a lock or its loader"

@@ -190,7 +190,7 @@ def look(page: Any, url: str, shot: Any) -> None:
     page.wait_for_selector("#panel [data-testid=evidence]")
     facts = page.locator("#panel [data-testid=evidence-facts]").inner_text()
     assert "node-3" in facts, facts
-    assert "3x" in facts, facts  # the ratio and the rule's threshold as "x", never a bare 3
+    assert "3.0x" in facts and "1.5x" in facts, facts  # the ratio and the rule's threshold as "x", not bare
     assert "loading data 60%" in facts and "communicating 70%" in facts, facts  # shares as percentages
     assert "0.6" not in facts, facts
     scroll_to_evidence(page)

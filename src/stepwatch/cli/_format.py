@@ -265,10 +265,11 @@ def ranks_text(ranks: Any) -> str:
 
 
 def times_text(value: Any) -> str:
-    """A ratio as a person reads it: ``2.4x``, ``3x``; ``-`` when unknown."""
+    """A ratio as a person reads it, with one decimal as the verdict's message says it (and the dashboard):
+    ``2.4x``, ``3.0x``; ``-`` when unknown."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return "-"
-    return f"{value:.2f}".rstrip("0").rstrip(".") + "x"
+    return f"{value:.1f}x"
 
 
 def shares_text(shares: Any) -> str:

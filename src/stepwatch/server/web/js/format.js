@@ -259,10 +259,10 @@ const STAND_KINDS = {
   busy: "a training step", patient: "a save or an evaluation", hang: "its own code, a lock or its loader",
 };
 
-/** A ratio as a person reads it: 2.4 -> "2.4x". */
+/** A ratio as a person reads it, with one decimal as the verdict's message says it: 2.44 -> "2.4x", 3 -> "3.0x". */
 function fmtTimes(v) {
   const n = num(v);
-  return n === null ? DASH : `${fmtNum(n, 2)}x`;
+  return n === null || !Number.isFinite(n) ? DASH : `${n.toFixed(1)}x`;
 }
 
 /** Activity shares ({computing: 0.62, loading_data: 0.3}) as "computing 62%, loading data 30%", largest first. */
