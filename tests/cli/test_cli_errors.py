@@ -113,7 +113,8 @@ def test_an_unknown_job_suggests_the_close_match_and_exits_3(
         assert err == f"stepwatch {command}: no job {ns}/trian-tiny at {server} (did you mean train-tiny?)\n"
     code, _, err = _cli(capsys, "describe", "zzz", "--server", server, "-n", ns)
     assert code == _errors.NO_SUCH_JOB
-    assert err == f"stepwatch describe: no job {ns}/zzz at {server} (`stepwatch jobs -A` lists them)\n"
+    hint = f"`stepwatch jobs -A --server {server}` lists them"  # the user's --server kept: the hint pastes
+    assert err == f"stepwatch describe: no job {ns}/zzz at {server} ({hint})\n"
     other_ns = f"{ns}-b"
     code, _, err = _cli(capsys, "watch", "train-tiny", "--server", server, "-n", other_ns)
     assert code == _errors.NO_SUCH_JOB  # the same name in another namespace is named with it

@@ -325,7 +325,8 @@ def test_watch_exit_codes_for_failed_stopped_and_unknown(
 
     code, out, err = _run_cli(capsys, "watch", "nosuch", "--server", server, "-n", ns)
     assert (code, out) == (3, "")
-    assert err.strip() == f"stepwatch watch: no job {ns}/nosuch at {server} (`stepwatch jobs -A` lists them)"
+    hint = f"`stepwatch jobs -A --server {server}` lists them"  # with the user's --server: it pastes
+    assert err.strip() == f"stepwatch watch: no job {ns}/nosuch at {server} ({hint})"
 
 
 # --------------------------------------------------------------------------------------- stop

@@ -182,6 +182,11 @@ def test_policies_for_a_job_and_a_namespace(server: str, ns: str, client: Client
     merged = client.policy("pol", ns)
     assert merged.effective.on == {"not_learning": "checkpoint_stop", "diverging": "stop"}
     assert merged.set_by == {"not_learning": "job", "diverging": "namespace"}
+    # a later set merges into what stands (the budget set first stays), a replace only when asked
+    later = client.set_policy("pol", namespace=ns, on={"diverging": "notify"})
+    assert later.own.on == {"not_learning": "checkpoint_stop", "diverging": "notify"} and later.own.budget == 250.0
+    replaced = client.set_policy("pol", namespace=ns, on={"stalled": "notify"}, replace=True)
+    assert replaced.own.on == {"stalled": "notify"} and replaced.own.budget is None
     assert client.set_policy(namespace=ns).own.on == {}  # cleared
     run.finish()
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, TextIO
 
-from ..protocol import ended_short_text
+from ..protocol import ended_short_text, shown_percent
 
 __all__ = [
     "CLIENT_HINT",
@@ -95,7 +95,7 @@ def percent(value: float | None) -> str:
         return "-"
     if value >= 100:
         return "100%"
-    return f"{math.floor(max(value, 0.0) * 10) / 10:.1f}%"
+    return f"{shown_percent(value):.1f}%"  # the one rule (2.3 is not cut to 2.2)
 
 
 def progress_text(view: Mapping[str, Any]) -> str:

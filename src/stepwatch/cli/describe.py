@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             if args.attempt is not None:  # the job may be there without that attempt
                 print(f"stepwatch describe: {who} has no attempt {args.attempt}", file=sys.stderr)
             else:
-                print(no_such_job("describe", client, args.name, args.namespace, url), file=sys.stderr)
+                print(no_such_job("describe", client, args.name, args.namespace, url, args), file=sys.stderr)
             return NO_SUCH_JOB
         except ServerUnreachable:
             print(unreachable(url), file=sys.stderr)

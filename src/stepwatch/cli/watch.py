@@ -346,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
             if view["state"] not in END_STATES:
                 view = follow(client, view, sys.stdout)
         except NotFound:
-            print(no_such_job("watch", client, args.name, args.namespace, url), file=sys.stderr)
+            print(no_such_job("watch", client, args.name, args.namespace, url, args), file=sys.stderr)
             return NO_SUCH_JOB
         except ServerUnreachable:
             print(unreachable(url), file=sys.stderr)

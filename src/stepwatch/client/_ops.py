@@ -276,17 +276,23 @@ def set_policy(
     name: str | None = None,
     policy: Policy | Mapping[str, Any] | None = None,
     namespace: str | None = None,
+    *,
+    replace: bool = False,
     **fields: Any,
 ) -> Operation[JobPolicy | NamespacePolicy]:
-    """Replace the policy layer of a job (``name``) or, without a name, of a namespace.
+    """Set the policy of a job (``name``) or, without a name, of a namespace: merged into the layer that
+    stands, key by key and trigger by trigger under ``on`` (what was set before and is not named here
+    stays; ``None`` removes a key), or the whole layer replaced with ``replace=True``.
 
-    The layer is ``policy`` (a :class:`Policy` or its JSON object) with ``fields`` over it:
+    What is set is ``policy`` (a :class:`Policy` or its JSON object) with ``fields`` over it:
     ``set_policy("llama", on={"not_learning": "checkpoint_stop"}, budget=250)``. ``{}`` (nothing)
-    clears the layer. Safe to retry: a PUT sets the same layer twice.
+    clears the layer. Safe to retry: the same PUT twice leaves the same layer. The answer is the layer
+    and the policy in force.
     """
     layer = policy.to_dict() if isinstance(policy, Policy) else dict(policy or {})
     layer.update(Policy(**fields).to_dict() if fields else {})
-    response = yield Request("PUT", _policy_path(config, name, namespace), json=layer)
+    params = {"replace": "true"} if replace else None
+    response = yield Request("PUT", _policy_path(config, name, namespace), params=params, json=layer)
     found = as_dict(read_json(response), "policy")
     return JobPolicy.from_dict(found) if name else NamespacePolicy.from_dict(found)
 
