@@ -212,13 +212,16 @@ class _SlowValidation(keras.callbacks.Callback):  # type: ignore[misc]
         time.sleep(1.5)
 
 
-@pytest.mark.parametrize("announced", [True, False])
+@pytest.mark.parametrize(("announced", "where"), [(True, "on"), (False, "off"), (False, "on")])
 def test_validation_is_announced_and_no_stall(
-    strict_job: LiveJob, monkeypatch: pytest.MonkeyPatch, announced: bool
+    strict_job: LiveJob, monkeypatch: pytest.MonkeyPatch, announced: bool, where: str
 ) -> None:
     """On a server that calls a 3 s standstill a stall (tests/integrations/conftest.py: STRICT_STALLS), a fit
     with 6 s validations stays healthy because the callback says ``eval`` from on_test_begin to
-    on_test_end; without that (the hook taken out) the same fit is flagged stalled."""
+    on_test_end; without that (the hook taken out) and without the stack readings of where a rank stands
+    (``STEPWATCH_WHERE=off``, as an older report core), the same fit is flagged stalled; with the readings,
+    an evaluation without the hook is no stall either (issue 29)."""
+    monkeypatch.setenv("STEPWATCH_WHERE", where)
     if not announced:
         monkeypatch.setattr(StepwatchCallback, "on_test_begin", lambda self, logs=None: None)
     x, y, x_val, y_val = _data()
@@ -234,7 +237,7 @@ def test_validation_is_announced_and_no_stall(
     job = strict_job.get()
     assert job["state"] == "finished" and job["progress"]["step"] == 2 * BATCHES
     states = [span["state"] for span in job["health_history"]]
-    assert ("stalled" not in states) is announced, job["health"]
+    assert ("stalled" not in states) is (announced or where == "on"), job["health"]
 
 
 def test_fit_serves_openshift_ai_progression_with_no_server(progression_env: Path) -> None:

@@ -362,12 +362,15 @@ class _SlowValidation(TinyRegressor):
         super().validation_step(batch, batch_idx)
 
 
-@pytest.mark.parametrize("announced", [True, False])
+@pytest.mark.parametrize(("announced", "where"), [(True, "on"), (False, "off"), (False, "on")])
 def test_validation_is_announced_and_no_stall(
-    strict_job: LiveJob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool
+    strict_job: LiveJob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool, where: str
 ) -> None:
     """On a server that calls a 3 s standstill a stall, a fit with 5 s validations stays healthy: the
-    callback says ``eval`` from on_validation_start to on_validation_end; without that hook, stalled."""
+    callback says ``eval`` from on_validation_start to on_validation_end; without that hook and without the
+    stack readings (``STEPWATCH_WHERE=off``, as an older report core), stalled; with the readings, an
+    evaluation without the hook is no stall either (issue 29)."""
+    monkeypatch.setenv("STEPWATCH_WHERE", where)
     if not announced:
         monkeypatch.setattr(StepwatchCallback, "on_validation_start", lambda self, trainer, pl_module: None)
     train, valid = _loaders()
@@ -375,7 +378,7 @@ def test_validation_is_announced_and_no_stall(
     job = strict_job.get()
     assert job["state"] == "finished" and job["progress"]["step"] == 2 * BATCHES
     states = [span["state"] for span in job["health_history"]]
-    assert ("stalled" not in states) is announced, job["health"]
+    assert ("stalled" not in states) is (announced or where == "on"), job["health"]
 
 
 def test_fit_serves_openshift_ai_progression_with_no_server(progression_env: Path, tmp_path: Path) -> None:

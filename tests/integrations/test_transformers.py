@@ -140,13 +140,16 @@ class _SlowEvaluation(TrainerCallback):  # type: ignore[misc]
         threading.Event().wait(0.4)
 
 
-@pytest.mark.parametrize("announced", [True, False])
+@pytest.mark.parametrize(("announced", "where"), [(True, "on"), (False, "off"), (False, "on")])
 def test_an_evaluation_is_no_stall_because_the_callback_says_so(
-    strict_job: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool
+    strict_job: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool, where: str
 ) -> None:
     """A real Trainer whose evaluation stands the step for 6.4 s, on a server that calls a 3 s standstill a
     stall (what a 60 s evaluation is to the 30 s default): the callback's phase keeps the job healthy; the
-    same run with the phase taken out (as before the callback sent it) is flagged stalled at it."""
+    same run with the phase taken out (as before the callback sent it) and without the stack readings
+    (``STEPWATCH_WHERE=off``, an older report core) is flagged stalled at it; with the readings, it is no
+    stall either (issue 29)."""
+    monkeypatch.setenv("STEPWATCH_WHERE", where)
     if not announced:
         monkeypatch.setattr(StepwatchCallback, "on_prediction_step", lambda self, *a, **k: None)
     trainer = hf_tiny.trainer(
@@ -161,7 +164,7 @@ def test_an_evaluation_is_no_stall_because_the_callback_says_so(
     job = strict_job.get()
     assert job["state"] == "finished" and job["progress"]["step"] == 8
     states = [span["state"] for span in job["health_history"]]
-    if announced:
+    if announced or where == "on":
         assert "stalled" not in states, job["health"]
     else:
         assert "stalled" in states, job["health"]
