@@ -182,7 +182,8 @@ def _remember(client: Client, trial: optuna.trial.Trial, name: str, namespace: s
             "total_steps": job.progress.total_steps,
             "seconds": job.times.elapsed_seconds,
             "spent": job.cost.spent,
-            "rate_per_hour": job.cost.rate_per_hour,
+            # the price of the job's hour, not its live rate: an ended job has no live rate (issue 30)
+            "rate_per_hour": job.resources.gpus * job.resources.gpu_hour_cost or None,
         },
     )
 
