@@ -300,7 +300,10 @@ def test_watch_follows_a_job_until_it_finishes(server: str, ns: str, capsys: pyt
     assert (code, err) == (0, "")
     lines = out.strip().splitlines()
     assert lines[0].startswith(f"{ns}/short running ")  # it was followed while it ran
-    assert re.fullmatch(rf"{ns}/short finished in \d+s at step 30/30, loss 0\.03333", lines[-1]), lines[-1]
+    found = re.fullmatch(rf"{ns}/short finished in \d+s at step 30/30, loss (0\.0\d+)", lines[-1])
+    assert found, lines[-1]
+    # the loss as every table shows it: its last window's mean (issue 30), not the last batch's 1/30
+    assert float(found[1]) == pytest.approx(_job(server, ns, "short")["metric_means"]["loss"], rel=1e-3)
 
 
 def test_watch_exit_codes_for_failed_stopped_and_unknown(
