@@ -84,12 +84,18 @@ def test_step_with_floats_costs_at_most_8x_an_empty_call(sink: ReportSink) -> No
 def test_step_with_a_tensor_costs_at_most_20x_an_empty_call(sink: ReportSink) -> None:
     torch = pytest.importorskip("torch")
     run = stepwatch.init(job="perf-tensor", url=sink.url, interval=2.0)
+    seen: list[str] = []
     try:
-        on_run, on_empty = _medians(run, torch.tensor(0.5), 0.001)
+        # the best of up to three measurements, as timeit takes the best of its repeats: twice in CI one
+        # measurement read 26x (3.6 us a call) where it reads 9x, and its rerun did not (a shared machine)
+        for _ in range(3):
+            on_run, on_empty = _medians(run, torch.tensor(0.5), 0.001)
+            seen.append(f"{on_run:.0f} ns vs empty {on_empty:.0f} ns: {on_run / on_empty:.1f}x")
+            if on_run / on_empty <= 20.0:
+                break
     finally:
         run.finish()
-    ratio = on_run / on_empty
-    assert ratio <= 20.0, f"run.step(tensor) {on_run:.0f} ns vs empty {on_empty:.0f} ns per call: {ratio:.1f}x"
+    assert on_run / on_empty <= 20.0, f"run.step(tensor) per call, each measurement: {'; '.join(seen)}"
 
 
 _MEMORY_CHILD = textwrap.dedent(
@@ -206,9 +212,13 @@ def test_the_where_sampler_costs_a_loop_no_measurable_cpu(sink: ReportSink) -> N
                     _python_work(work)
                     run.step(loss=1.0 / (i + 1))
 
-            c0 = time.process_time()
-            _nested(40, loop)
-            cpu[where].append((time.process_time() - c0) / steps)
+            # at least 1.5 s a round: the sampler's first tick only notes the step, and the next comes a
+            # period later (1 s: the 0.05 above applies from then on), so a shorter loop is never read
+            c0, t0, done = time.process_time(), time.monotonic(), 0
+            while not done or time.monotonic() - t0 < 1.5:
+                _nested(40, loop)
+                done += steps
+            cpu[where].append((time.process_time() - c0) / done)
             run.finish()
             reads += sampler.reads if sampler is not None else 0
     assert reads >= 6, f"the sampler read {reads} stacks: it did not run"
