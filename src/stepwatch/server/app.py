@@ -14,17 +14,18 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp
 
 from .analysis import health_monitor
 from .analysis.health_monitor import HealthMonitor
 from .api.errors import ApiError, error_response, handle_api_error
-from .api.guard import Guard
+from .api.guard import Guard, GuardRules
 from .api.prometheus import registry_for
 from .api.routes import access, costs, events, ingest, jobs, policies, server_info, web
 from .live import replicas
@@ -86,7 +87,8 @@ def create_app(
     the_store = _limited(store if store is not None else open_store(settings), settings)
     services = _services(settings, the_store, clock)
     notifier = _notifier(settings, services)
-    app = Starlette(
+    app = _GuardedApp(
+        settings.guard_rules(),
         routes=[
             *ingest.routes,
             *jobs.routes,
@@ -99,13 +101,25 @@ def create_app(
         ],
         exception_handlers={ApiError: handle_api_error, HTTPException: _http_error, Exception: _crash},
         lifespan=_lifespan(settings, services, notifier, owned=store is None),
-        middleware=[Middleware(Guard, rules=settings.guard_rules())],
     )
     app.state.services = services
     app.state.notifier = notifier
     app.state.prometheus = registry_for(the_store, clock, services.stats, notifier)
     app.state.settings = settings
     return app
+
+
+class _GuardedApp(Starlette):
+    """A Starlette application with the :class:`Guard` outside everything, Starlette's error middleware
+    included: a 500 (written by that middleware, which Starlette puts outside any middleware given to it)
+    carries the security headers as every other answer does."""
+
+    def __init__(self, rules: GuardRules, **options: Any) -> None:
+        self.guard_rules = rules
+        super().__init__(**options)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Guard(super().build_middleware_stack(), rules=self.guard_rules)
 
 
 def _services(settings: ServerSettings, store: Store, clock: Callable[[], float]) -> Services:

@@ -21,7 +21,8 @@ Under ``tokens`` every call carries ``Authorization: Bearer``, which no cross-si
 
 Every answer carries ``Content-Security-Policy`` (scripts and styles from this server only, no
 framing), ``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
-no-referrer``.
+no-referrer``, 500s included: the app puts the guard outside Starlette's error middleware
+(``server/app.py``), so the answers that middleware writes pass through it too.
 """
 
 from __future__ import annotations
