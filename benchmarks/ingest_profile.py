@@ -166,6 +166,8 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
             except (TypeError, ValueError):
                 pass
         result["stages"] = stages(stats, n)
+        if opts.dump:
+            stats.dump_stats(opts.dump)
         if opts.top:
             stats.sort_stats("cumulative").print_stats(opts.top)
             stats.sort_stats("tottime").print_stats(opts.top)
@@ -194,6 +196,7 @@ def main() -> None:
     parser.add_argument("--database-url")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--dump", metavar="PATH", help="write the merged profile there (pstats), to read its callers")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         result = asyncio.run(run(opts, Path(tmp) / "prof.db"))
