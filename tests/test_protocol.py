@@ -1497,22 +1497,54 @@ def test_parse_rfc3339_offsets_give_the_same_instant(text: str) -> None:
 
 
 def test_protocol_imports_only_the_standard_library() -> None:
-    tree = ast.parse(Path(protocol.__file__).read_text(encoding="utf-8"))
+    """Every module of the package: the standard library, and the package's own modules (relative imports of
+    one level, whose names exist in the package folder), nothing else of the project."""
+    folder = Path(protocol.__file__).parent
+    own = {path.stem for path in folder.glob("*.py")}
+    sources = sorted(folder.glob("*.py"))
+    assert {"__init__", "_report", "_window", "progression"} <= own  # the walk sees the package's parts
     modules: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"relative import from {node.module!r} at line {node.lineno}"
-            assert node.module is not None
-            modules.add(node.module)
-        elif isinstance(node, ast.Name | ast.Attribute):
-            name = node.id if isinstance(node, ast.Name) else node.attr
-            assert name not in {"__import__", "import_module"}, f"dynamic import at line {node.lineno}"
+    for source in sources:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            where = f"{source.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Import):
+                modules |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    assert node.level == 1 and node.module in own, f"relative import of {node.module!r} at {where}"
+                    continue
+                assert node.module is not None
+                modules.add(node.module)
+            elif isinstance(node, ast.Name | ast.Attribute):
+                name = node.id if isinstance(node, ast.Name) else node.attr
+                assert name not in {"__import__", "import_module"}, f"dynamic import at {where}"
     top_level = {module.split(".")[0] for module in modules}
     assert {"json", "math", "re"} <= top_level  # the walk did see the imports
     assert not top_level - sys.stdlib_module_names
     assert "stepwatch" not in top_level
+
+
+def test_the_package_exports_every_public_name_from_its_modules_and_each_module_is_small() -> None:
+    """``__all__`` is sorted and complete: each public name a private module declares is exported, once, and
+    is the module's own object; no module of the package passes 800 lines."""
+    import importlib
+
+    folder = Path(protocol.__file__).parent
+    declared: dict[str, object] = {}
+    for source in sorted(folder.glob("_*.py")):
+        if source.stem == "__init__":
+            continue
+        module = importlib.import_module(f"stepwatch.protocol.{source.stem}")
+        for name in module.__all__:
+            assert name not in declared, f"{name} declared twice"
+            declared[name] = getattr(module, name)
+        assert len(source.read_text(encoding="utf-8").splitlines()) <= 800, source.name
+    aliases = {"CommandKind", "Jitter", "ParamValue", "ReportState"}  # importable, not in __all__ (as before)
+    assert protocol.__all__ == sorted(protocol.__all__, key=lambda n: (not n.isupper(), n))
+    assert set(protocol.__all__) == set(declared) - aliases
+    for name, value in declared.items():
+        assert getattr(protocol, name) is value, name
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ def _via_init(obj: dict[str, Any]) -> MetricWindow:
 
 def _init_of(cls: Any, field: str) -> Any:
     """``cls(**obj)`` with its errors' fields under ``field``, as ``from_dict`` reads them."""
-    from stepwatch.protocol import _prefix
+    from stepwatch.protocol._errors import _prefix
 
     def read(obj: dict[str, Any]) -> Any:
         with _prefix(field):
