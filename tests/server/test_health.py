@@ -698,3 +698,29 @@ def test_a_long_jobs_warm_up_is_capped_so_a_plateau_from_its_start_is_found_with
     share, tracker = _flat_from_the_start(HealthParams(), 600, 8)
     assert tracker._warmup() == 600
     assert share is not None and share * 600 * 60 <= 900
+
+
+@pytest.mark.parametrize(
+    ("z", "dof", "exact"),
+    [(1.959964, 10, 2.228139), (2.326348, 5, 3.364930), (1.959964, 30, 2.042272), (2.0, 9, 2.320), (3.0, 6, 4.904)],
+)
+def test_the_plateau_thresholds_are_student_t_quantiles(z: float, dof: float, exact: float) -> None:
+    """Issue 29 item 5: the block noise of a first window is measured from about 30 blocks; its thresholds
+    are Student-t quantiles at the estimate's degrees of freedom (the values of a t table), the normal
+    ones without a count."""
+    from stepwatch.server.analysis.plateau import _student
+
+    assert _student(z, dof) == pytest.approx(exact, rel=2e-3)
+    assert _student(z, math.inf) == z and _student(math.inf, 10) == math.inf
+
+
+def test_a_noise_measured_from_few_blocks_no_longer_makes_a_flat_loss_read_as_learning() -> None:
+    """Issue 29 item 5: with normal quantiles (``noise_dof_per_block`` 0, before) one of these 20 min jobs
+    at 50 steps/s flat from its start is flagged past 10 % of its plan: its first window measured its
+    noise from about 30 blocks, too small, and read the flat loss as learning; with Student-t quantiles
+    at the estimate's degrees of freedom every one of them is within 10 %."""
+    off = HealthParams(noise_dof_per_block=0)
+    now = [_flat_from_the_start(HealthParams(), 20, 100, seed)[0] for seed in range(40)]
+    before = [_flat_from_the_start(off, 20, 100, seed)[0] for seed in range(40)]
+    assert None not in now and None not in before
+    assert all(share <= 0.10 for share in now) and any(share > 0.10 for share in before)

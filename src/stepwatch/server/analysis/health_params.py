@@ -63,6 +63,13 @@ class HealthParams:
     """An improvement this many standard errors above zero counts as learning even when it is under
     ``min_delta``: a slow tail that improves by more than its noise is still learning.
     ``math.inf`` gives the plain ``min_delta`` rule."""
+    noise_dof_per_block: float = 0.3
+    """Degrees of freedom of the block noise per block it is measured from: the plateau test's
+    thresholds (``noise_z``, ``noise_keep_z``, ``change_z``, ``change_keep_z``) are Student-t quantiles
+    at that many degrees of freedom, not normal ones, so that a noise measured from few blocks (a first
+    window: about 30) keeps each test's error rate. 0.3: measured on normal noise, the median absolute
+    deviation of successive differences that measures it has the spread of a standard deviation with
+    0.29-0.30 x its blocks degrees of freedom (20-400 blocks). 0: normal quantiles (before)."""
     plateau_window_s: float = 600.0
     """Longest plateau window: a plateau after clear learning is seen in about 1.2 windows, within
     the 15 min target."""
@@ -228,6 +235,8 @@ class HealthParams:
             raise ValueError(f"change_keep_z must be at most change_z ({self.change_z!r}), got {self.change_keep_z!r}")
         if not 0 < self.standstill_quantile <= 1:
             raise ValueError(f"standstill_quantile must be in (0, 1], got {self.standstill_quantile!r}")
+        if not self.noise_dof_per_block >= 0:
+            raise ValueError(f"noise_dof_per_block must be at least 0, got {self.noise_dof_per_block!r}")
         if not 0 < self.plateau_group <= 0.5:
             raise ValueError(f"plateau_group must be in (0, 0.5], got {self.plateau_group!r}")
 

@@ -46,6 +46,7 @@ class PlateauTest(NamedTuple):
     change_se: float | None = None  # the standard error of early - recent
     dropped: bool = False  # the recent rate fell significantly below the earlier one (the drop test's evidence)
     keeps_learning: bool | None = None  # learning with the drop test's lower threshold of a plateau being confirmed
+    dof: float = math.inf  # degrees of freedom of the noise behind ``se``: thresholds are Student-t quantiles
 
 
 class PlateauDetector:
@@ -161,7 +162,7 @@ class PlateauDetector:
         # significantly worse than at the window's start: a spike that will recover, or a rise that
         # lasts; a spike neither confirms a plateau nor counts towards one, a rise that outlasts a
         # window is not learning
-        if -test.gain >= max(2 * p.min_delta, p.change_z * test.se):
+        if -test.gain >= max(2 * p.min_delta, _student(p.change_z, test.dof) * test.se):
             self._hold_t = None
             if self._worse_t is None:
                 self._worse_t = t
@@ -262,13 +263,16 @@ class PlateauDetector:
         if lag <= 0 or m_old == 0:
             return None
         last = means[i_last:]
-        sigma = _block_noise(means[i_span:])  # from the whole history: a steadier estimate
+        # the noise from the whole history: a steadier estimate, but from few blocks (a first window: ~30)
+        # still a noisy one: each threshold is a Student-t quantile at the estimate's degrees of freedom
+        # (a seed of health_pace.py read its noise at half its size, and its flat loss as learning)
+        sigma, dof = _block_noise(means[i_span:]), p.noise_dof_per_block * (len(times) - i_span) or math.inf
         unit = sign * window / abs(m_old)  # a difference of means -> relative improvement per window
         gain = (m_old - m_new) * unit / lag
         se_old, se_new = sigma / math.sqrt(n_old), sigma / math.sqrt(n_new)
         se = math.hypot(se_old, se_new) * abs(unit) / lag
-        z = p.noise_z
-        significant = gain >= self._learning_z(self._steps_since(i_last)) * se
+        z = _student(p.noise_z, dof)
+        significant = gain >= _student(self._learning_z(self._steps_since(i_last)), dof) * se
         learning = significant or gain >= p.min_delta
         long_gain = long_se = early = recent = change_se = keeps_learning = None
         dropped = False
@@ -293,7 +297,7 @@ class PlateauDetector:
             )
             # a slow steady tail: improving over the history, at a rate that did not drop; near the
             # planned end a falling rate is the schedule annealing, and only a flat history counts
-            dropped = early - recent >= p.change_z * change_se and not self._annealing()
+            dropped = early - recent >= _student(p.change_z, dof) * change_se and not self._annealing()
             steady = long_gain >= z * long_se and not dropped
             if self.flat and t - history < self.flat_from[0]:
                 # a plateau ends on an improvement made on it: a history that reaches back to the
@@ -304,7 +308,8 @@ class PlateauDetector:
             learning, significant, keeps_learning = (
                 learning or steady,
                 significant or steady,
-                learning or (steady and (self._annealing() or early - recent < p.change_keep_z * change_se)),
+                learning
+                or (steady and (self._annealing() or early - recent < _student(p.change_keep_z, dof) * change_se)),
             )
         since_step = self._s[min(bisect_right(times, c_old), len(times) - 1)]
         return PlateauTest(
@@ -326,6 +331,7 @@ class PlateauDetector:
             change_se,
             dropped,
             keeps_learning,
+            dof,
         )
 
 
@@ -335,6 +341,22 @@ def _mean(values: Sequence[float]) -> float:
 
 def _mean_log(values: Sequence[float]) -> float:
     return sum(map(math.log, values)) / len(values)
+
+
+def _student(z: float, dof: float) -> float:
+    """The quantile of Student's t with ``dof`` degrees of freedom at the normal quantile ``z`` (the
+    Cornish-Fisher expansion to 1/dof^4, Abramowitz & Stegun 26.7.5; for z <= 3 within 2.3 % of the
+    exact value at 3 degrees of freedom, the least it is asked for, 0.7 % at 4, 0.1 % from 6); ``z``
+    itself at ``math.inf``."""
+    if math.isinf(dof) or math.isinf(z):
+        return z
+    k = max(dof, 3.0)
+    z2 = z * z
+    g1 = (z2 + 1) * z / 4
+    g2 = ((5 * z2 + 16) * z2 + 3) * z / 96
+    g3 = (((3 * z2 + 19) * z2 + 17) * z2 - 15) * z / 384
+    g4 = ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) * z / 92160
+    return z + (g1 + (g2 + (g3 + g4 / k) / k) / k) / k
 
 
 def _block_noise(means: Sequence[float]) -> float:
