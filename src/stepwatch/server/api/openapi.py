@@ -1,36 +1,25 @@
 """The OpenAPI 3.1 description of the server's API, served at ``/openapi.json`` and shown at ``/docs``.
 
 The request bodies of the native API come from their declarations (:mod:`.bodies`), the ones the
-routes read them with; the wire format (reports, Kubeflow statuses: :mod:`stepwatch.protocol`, stdlib
-only) and the answers are described here. Paths come in groups, each a function.
+routes read them with; the wire format's (reports, Kubeflow statuses) from :mod:`stepwatch.protocol`'s
+dataclasses and limits (:mod:`.openapi_wire`); the answers are described here. Paths come in groups,
+each a function.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from ...protocol import (
-    ACTIVITIES,
-    API_VERSION,
-    COMMAND_KINDS,
-    INT32_MAX,
-    LIMITS,
-    PHASES,
-    REPORT_STATES,
-    Progress,
-)
 from ..policies.model import POLICY
 from ..views.serialisers import LIST_COLUMNS
 from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
 from .bodyspec import Body
 from .openapi_job import JOB_SCHEMA
+from .openapi_wire import WIRE_SCHEMAS
 
 __all__ = ["openapi_document"]
 
-_NUMBER_OR_NONFINITE = {"oneOf": [{"type": "number"}, {"enum": ["NaN", "Infinity", "-Infinity"]}]}
 _NAME = kubernetes_name("", "").schema()
-_METRIC_NAME = {"type": "string", "minLength": 1, "maxLength": LIMITS.max_metric_name_length}
 
 _WIRE_SCHEMAS: dict[str, Any] = {
     "Status": {
@@ -47,155 +36,10 @@ _WIRE_SCHEMAS: dict[str, Any] = {
         },
         "required": ["kind", "code", "reason", "message"],
     },
-    "MetricWindow": {
-        "type": "object",
-        "properties": {
-            "name": _METRIC_NAME,
-            "last": _NUMBER_OR_NONFINITE,
-            "min": {"type": ["number", "null"]},
-            "max": {"type": ["number", "null"]},
-            "mean": {"type": ["number", "null"]},
-            "count": {"type": "integer", "minimum": 1},
-            "nonfinite": {"type": "integer", "minimum": 0},
-            "first_step": {"type": "integer", "minimum": 0},
-            "last_step": {"type": "integer", "minimum": 0},
-        },
-        "required": ["name", "last", "count", "first_step", "last_step"],
-    },
-    "Report": {
-        "type": "object",
-        "description": "One rank's report: a window of metric aggregates since its previous report.",
-        "properties": {
-            "api_version": {"const": API_VERSION},
-            "run_id": {"type": "string", "maxLength": LIMITS.max_run_id_length},
-            "seq": {"type": "integer", "minimum": 0},
-            "sent_at": {"type": "number"},
-            "state": {"enum": list(REPORT_STATES)},
-            "reason": {"type": "string", "maxLength": LIMITS.max_reason_length},
-            "gpus": {
-                "type": "array",
-                "maxItems": LIMITS.max_gpus_per_report,
-                "description": "the GPUs this rank sees (NVML, read in the sender thread)",
-                "items": {
-                    "type": "object",
-                    "required": ["index"],
-                    "properties": {
-                        "index": {"type": "integer", "minimum": 0},
-                        "utilization": {"type": "number", "minimum": 0, "maximum": 100},
-                        "memory_used": {"type": "integer", "minimum": 0},
-                        "memory_total": {"type": "integer", "minimum": 0},
-                    },
-                },
-            },
-            "identity": {
-                "type": "object",
-                "properties": {
-                    "rank": {"type": "integer", "minimum": 0},
-                    "world_size": {"type": "integer", "minimum": 1},
-                    "local_rank": {"type": "integer", "minimum": 0},
-                    "host": {"type": "string"},
-                    "pid": {"type": "integer"},
-                },
-            },
-            "progress": {
-                "type": "object",
-                "properties": {
-                    f.name: {"type": "number", "minimum": 0} for f in dataclasses.fields(Progress) if f.name != "phase"
-                }
-                | {"phase": {"type": "string", "enum": list(PHASES)}},
-            },
-            "metrics": {
-                "type": "array",
-                "maxItems": LIMITS.max_metrics_per_report,
-                "items": {"$ref": "#/components/schemas/MetricWindow"},
-            },
-            "params": {"type": "object", "maxProperties": LIMITS.max_params},
-            "acks": {"type": "array", "items": {"type": "string"}, "maxItems": LIMITS.max_acks},
-            "where": {
-                "type": "object",
-                "description": "where the rank stands, sent only while its step has stood longer than usual",
-                "required": ["activity", "stood_seconds"],
-                "properties": {
-                    "activity": {"enum": list(ACTIVITIES)},
-                    "stood_seconds": {"type": "number", "minimum": 0},
-                    "detail": {"type": "string", "maxLength": LIMITS.max_where_detail_length},
-                    "samples": {"type": "integer", "minimum": 1},
-                    "frames": {
-                        "type": "array",
-                        "maxItems": LIMITS.max_where_frames,
-                        "description": "the innermost frames of the user's own code, innermost first",
-                        "items": {
-                            "type": "object",
-                            "required": ["function", "file", "line"],
-                            "properties": {
-                                "function": {"type": "string", "maxLength": LIMITS.max_frame_function_length},
-                                "file": {"type": "string", "maxLength": LIMITS.max_frame_file_length},
-                                "line": {"type": "integer", "minimum": 0},
-                            },
-                        },
-                    },
-                },
-            },
-            "activity_shares": {
-                "type": "object",
-                "description": "share of the interval the rank's main thread spent in each activity",
-                "propertyNames": {"enum": list(ACTIVITIES)},
-                "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1},
-            },
-        },
-        "required": ["run_id", "seq", "sent_at"],
-    },
-    "Command": {
-        "type": "object",
-        "properties": {"id": {"type": "string"}, "kind": {"enum": list(COMMAND_KINDS)}, "reason": {"type": "string"}},
-        "required": ["id", "kind"],
-    },
-    "ReportResponse": {
-        "type": "object",
-        "properties": {
-            "accepted_seq": {"type": "integer"},
-            "commands": {"type": "array", "items": {"$ref": "#/components/schemas/Command"}},
-        },
-    },
-    "TrainerStatusBody": {
-        "type": "object",
-        "description": (
-            "Kubeflow Trainer's UpdateTrainJobStatusRequest, checked as upstream's status server and TrainJob CRD "
-            "do: each POST replaces the whole trainerStatus (every reader shows it as posted; stepwatch also "
-            "keeps it as history); a body without trainerStatus (or null) is answered 200 and changes nothing; "
-            "checks run in upstream's order: size (413), token (403), body (422). See docs/kubernetes.md, "
-            "Conformance."
-        ),
-        "properties": {
-            "trainerStatus": {
-                "type": ["object", "null"],
-                "required": ["lastUpdatedTime"],
-                "properties": {
-                    "progressPercentage": {"type": "integer", "minimum": 0, "maximum": 100},
-                    "estimatedRemainingSeconds": {"type": "integer", "minimum": 0, "maximum": INT32_MAX},
-                    "metrics": {
-                        "type": "array",
-                        "maxItems": LIMITS.max_metrics_per_report,
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "name": _METRIC_NAME,
-                                "value": {
-                                    "type": "string",
-                                    "minLength": 1,
-                                    "maxLength": LIMITS.max_metric_value_length,
-                                },
-                            },
-                            "required": ["name", "value"],
-                        },
-                    },
-                    "lastUpdatedTime": {"type": "string", "format": "date-time", "description": "kept as sent"},
-                },
-            }
-        },
-    },
+    **WIRE_SCHEMAS,
 }
-"""The wire format's messages, as :mod:`stepwatch.protocol` reads them, and the one error shape."""
+"""The one error shape, and the wire format's messages (generated from :mod:`stepwatch.protocol`'s
+dataclasses and limits: :mod:`.openapi_wire`)."""
 
 _VIEW_SCHEMAS: dict[str, Any] = {
     "Job": {
