@@ -15,6 +15,8 @@ be told to misbehave: go down and come back, answer 403/429/500, hang, and hand 
 :class:`MemoryTransport` answers the sender in memory, for unit tests that need no socket.
 :class:`WebhookReceiver` records the server's notifications (signed webhooks) for tests of policies.
 :class:`FakeClock` is a clock that moves only when told, for ``create_app(clock=...)``.
+:func:`wait_for` waits for a condition another thread or process brings about (polling, with a ceiling
+and a message that says what did not come), the one polling helper of stepwatch's own tests.
 :func:`poll_progression` and :func:`read_termination_message` do what OpenShift AI's progression
 controller does with a training pod: poll the status rank 0 serves, read its termination message.
 :mod:`stepwatch.testing.server` (with the server extra; not imported here) runs a real stepwatch server
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from ._memory import MemoryTransport
     from ._progression import poll_progression, read_termination_message
     from ._sink import Received, ReportSink
+    from ._wait import wait_for
     from .webhooks import WebhookReceived, WebhookReceiver, WebhookReply
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "WebhookReply",
     "poll_progression",
     "read_termination_message",
+    "wait_for",
 ]
 
 _HOMES = {
@@ -60,6 +64,7 @@ _HOMES = {
     "WebhookReceived": ".webhooks",
     "WebhookReceiver": ".webhooks",
     "WebhookReply": ".webhooks",
+    "wait_for": "._wait",
 }
 
 
