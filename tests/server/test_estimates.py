@@ -43,6 +43,7 @@ OLD = dataclasses.replace(
         ({"started_at": NOW - YOUNG_S / 2}, 510, True),  # young job: every report at the default pace...
         ({"started_at": NOW - YOUNG_S / 2, "eta_at": NOW - 1}, 510, True),  # ...and every one that moved
         ({"started_at": NOW - YOUNG_S / 2, "eta_at": NOW - 1}, 500, False),  # heartbeats of a burst do not
+        ({"started_at": NOW - YOUNG_S / 2, "eta_at": NOW - 0.5}, 510, False),  # back to back: not every report
         ({"started_at": NOW - YOUNG_S / 2, "samples": YOUNG_SAMPLES}, 510, False),  # young, long history: not
         ({"eta_rate": None}, 510, True),  # incomplete and the step moved
         ({"eta_rate": None}, 500, False),  # incomplete but stalled: heartbeats do not pay for it

@@ -18,6 +18,7 @@ __all__ = [
     "ESTIMATE_EVERY_S",
     "HORIZON_S",
     "YOUNG_EVERY_S",
+    "YOUNG_GAP_S",
     "YOUNG_S",
     "YOUNG_SAMPLES",
     "RecentProgress",
@@ -43,14 +44,21 @@ YOUNG_SAMPLES = 64
 """...while it has few samples (estimating is cheap then, and each sample changes the estimate a lot)."""
 
 YOUNG_EVERY_S = 2.0
-"""A young job is re-estimated at every report that moved its step, and at least this often."""
+"""A young job is re-estimated at every report that moved its step, and at least this often..."""
+
+YOUNG_GAP_S = 1.0
+"""...but not sooner than this after its last estimate: the samples are kept about 2 s apart
+(:class:`RecentProgress`), so a report sooner than that changes only the newest one, and a job that
+reports back to back (10 times a second, say) would pay for an estimate at each report. The report
+core's default interval (2 s) gets one at each report, as before."""
 
 
 def estimate_due(job: Job, now: float, step: int | None, samples: int = 0) -> bool:
     """Whether the ETA of a job should be recomputed at a report of ``step``.
 
     For a job's first reports (young, with fewer than :data:`YOUNG_SAMPLES` ``samples`` kept) at
-    every report that moved the step, and every :data:`YOUNG_EVERY_S`; then every
+    every report that moved the step (at most every :data:`YOUNG_GAP_S`), and every
+    :data:`YOUNG_EVERY_S`; then every
     :data:`ESTIMATE_EVERY_S`; in between only when the estimate is incomplete (no rate, or no ETA
     although the total is known) and the step moved — a stalled job's heartbeats do not pay for an
     estimate each.
@@ -58,7 +66,7 @@ def estimate_due(job: Job, now: float, step: int | None, samples: int = 0) -> bo
     if job.eta_at is None or job.state == "pending" or now - job.eta_at >= ESTIMATE_EVERY_S:
         return True
     young = (job.started_at is None or now - job.started_at < YOUNG_S) and samples < YOUNG_SAMPLES
-    if young and (step != job.step or now - job.eta_at >= YOUNG_EVERY_S):
+    if young and now - job.eta_at >= YOUNG_GAP_S and (step != job.step or now - job.eta_at >= YOUNG_EVERY_S):
         return True
     incomplete = job.eta_rate is None or (job.eta_seconds is None and job.total_steps is not None)
     return incomplete and step != job.step
