@@ -18,6 +18,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from ...protocol import GpuReading, Where
@@ -103,6 +104,12 @@ def second_metrics(names: Iterable[str]) -> tuple[str | None, str | None]:
     if lr is None:
         lr = min((m for m in found if m.startswith("lr-")), default=None)
     return lr, next((m for m in EVAL_METRICS if m in found), None)
+
+
+@lru_cache(maxsize=1024)
+def _second_of(names: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """:func:`second_metrics` of a report's names, remembered: a job's reports bring the same names each time."""
+    return second_metrics(names)
 
 
 @dataclass(frozen=True)
@@ -224,7 +231,7 @@ class HealthMonitor:
                     tracker.observe_window(
                         now, w.last_step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, w.first_step
                     )
-            lr, evaluation = second_metrics(w.name for w in result.new_points)
+            lr, evaluation = _second_of(tuple(w.name for w in result.new_points))
             for w in result.new_points:  # after the loss, as a replay orders them
                 if w.name in (lr, evaluation):
                     _observe_second(tracker, w.name, now, w.last_step, w.last)

@@ -106,7 +106,7 @@ class SQLiteIngest(SqlStore):
             return IngestResult(job=job, duplicate=True, commands=tuple(self._pending(conn, job.id)))
         newest = bool(inserted[0])
         if newest:
-            gpus = json.dumps([g.to_dict() for g in report.gpus])
+            gpus = json.dumps([g.to_dict() for g in report.gpus]) if report.gpus else "[]"
             conn.execute(
                 _RANK_SQL,
                 (job.id, identity.rank, report.run_id, report.sent_at, now, progress.step, progress.step_time,
