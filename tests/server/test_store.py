@@ -4,6 +4,7 @@ SQLite's own: WAL, a SIGKILLed server, a locked database and storage that cannot
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -26,6 +27,7 @@ from stepwatch.protocol import Report, TrainerStatus
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.store import IngestResult, JobFilter, PendingReport, SQLiteStore, Store, StoreError
 from stepwatch.server.store.migrations import SCHEMA_VERSION
+from stepwatch.testing import wait_for
 
 MakeReport = Callable[..., dict[str, Any]]
 pytestmark = pytest.mark.both_stores
@@ -361,17 +363,19 @@ def _start_server(db_path: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes
     )
     log.close()
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError((tmp_path / f"server-{port}.log").read_text())
-        time.sleep(0.05)
+    with contextlib.suppress(AssertionError):  # not up in 20 s: its log says why
+        wait_for(lambda: process.poll() is not None or _healthy(base), 20, "the server to answer")
+        if process.poll() is None:
+            return process, base
+    process.kill()
+    raise RuntimeError((tmp_path / f"server-{port}.log").read_text())
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 @pytest.fixture
@@ -411,9 +415,7 @@ def test_no_acknowledged_report_is_lost_when_the_server_is_killed(
 
     poster = threading.Thread(target=post_reports)
     poster.start()
-    deadline = time.monotonic() + 10
-    while len(acked) < 150 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_for(lambda: len(acked) >= 150, 30, "150 acknowledged reports")
     os.kill(server.pid, signal.SIGKILL)  # mid-stream: the poster is still sending
     server.wait(10)
     poster.join(10)
@@ -439,6 +441,20 @@ def test_no_acknowledged_report_is_lost_when_the_server_is_killed(
 
 
 # ------------------------------------------------------------------------------------------ storage trouble
+
+
+@contextlib.contextmanager
+def lets_go_after(other_process: sqlite3.Connection, seconds: float) -> Iterator[None]:
+    """Another process's lock, let go after ``seconds`` unless the block ended before. A write in the block
+    that waited that long for the lock would then succeed: its refusal shows that it did not wait, with no
+    time measured (a slow machine only makes the block end later, well within ``seconds``)."""
+    timer = threading.Timer(seconds, other_process.execute, ["ROLLBACK"])
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
 
 
 class ImpatientStore(SQLiteStore):
@@ -481,12 +497,11 @@ def test_a_locked_database_answers_503_and_reads_go_on(db_path: Path, clock: Any
         path = "/api/v1/namespaces/default/jobs/locked"
         assert client.post(f"{path}/reports", json=make_report(1, 1, {"loss": 1.0}), headers=auth).status_code == 200
 
-        blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+        blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0, check_same_thread=False)
         blocker.execute("BEGIN EXCLUSIVE")  # another process holds the write lock longer than the store waits
         try:
-            started = time.monotonic()
-            response = client.post(f"{path}/reports", json=make_report(2, 2, {"loss": 0.5}), headers=auth)
-            assert time.monotonic() - started < 5
+            with lets_go_after(blocker, 5.0):  # a report that waited 5 s for the lock would then be written
+                response = client.post(f"{path}/reports", json=make_report(2, 2, {"loss": 0.5}), headers=auth)
             assert response.status_code == 503
             assert response.json() == {
                 "kind": "Status",
@@ -503,7 +518,8 @@ def test_a_locked_database_answers_503_and_reads_go_on(db_path: Path, clock: Any
             assert client.get(path).json()["progress"]["step"] == 1
             assert client.get("/api/v1/jobs").json()["total"] == 1
         finally:
-            blocker.execute("ROLLBACK")
+            if blocker.in_transaction:
+                blocker.execute("ROLLBACK")
             blocker.close()
         retried = client.post(f"{path}/reports", json=make_report(2, 2, {"loss": 0.5}), headers=auth)
         assert retried.status_code == 200
@@ -525,14 +541,16 @@ def test_a_write_that_must_not_wait_is_refused_while_another_holds_the_lock(
     written = store.ingest_reports_nowait(pending(1))
     assert written is not None and isinstance(written[0], IngestResult) and not written[0].duplicate
 
-    other_process = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    other_process = sqlite3.connect(db_path, isolation_level=None, timeout=0, check_same_thread=False)
     other_process.execute("BEGIN IMMEDIATE")  # another process writes the file
     try:
-        started = time.monotonic()
-        assert store.ingest_reports_nowait(pending(2)) is None  # at once, not after the busy timeout
-        assert time.monotonic() - started < busy / 1000 / 4
+        # at once, not after the busy timeout: a write that waited would see the lock go halfway through
+        # its wait, and be written
+        with lets_go_after(other_process, busy / 1000 / 2):
+            assert store.ingest_reports_nowait(pending(2)) is None
     finally:
-        other_process.execute("ROLLBACK")
+        if other_process.in_transaction:
+            other_process.execute("ROLLBACK")
         other_process.close()
     assert int(store._writer.execute("PRAGMA busy_timeout").fetchone()[0]) == busy  # the wait is back for others
 
@@ -708,9 +726,7 @@ def test_the_job_cache_follows_writes_and_another_process(
     # SQLite: the next write of this store sees the file changed and forgets what it cached;
     # PostgreSQL: the other store's notification makes it forget (within milliseconds)
     store.set_estimate(job.id, None, None, 14.0)
-    deadline = time.monotonic() + 5
-    while getattr(store.job("ns", "a"), "id", None) != second.id and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: getattr(store.job("ns", "a"), "id", None) == second.id, 10, "the second attempt to be read")
     assert store.cached_job("ns", "a") is None or store.cached_job("ns", "a") == store.job("ns", "a")
     latest = store.job("ns", "a")
     assert latest is not None and latest.id == second.id and store.token_hash(second.id) == "h2"
