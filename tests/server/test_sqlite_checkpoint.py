@@ -17,15 +17,9 @@ import pytest
 from stepwatch.protocol import Report
 from stepwatch.server.store import IngestResult, PendingReport, SQLiteStore
 from stepwatch.server.store.sqlite_checkpoint import WalCheckpointer
+from stepwatch.testing import wait_for
 
 MakeReport = Callable[..., dict[str, Any]]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not within 10 s"
-        time.sleep(0.02)
 
 
 def test_the_store_copies_its_log_in_a_thread_and_the_writer_never_does(db_path: Path, make_report: MakeReport) -> None:
@@ -42,7 +36,7 @@ def test_the_store_copies_its_log_in_a_thread_and_the_writer_never_does(db_path:
     assert wal.stat().st_size // frame > 2 * 1000  # far past SQLite's own limit: no commit copied it back
     store._checkpointer = WalCheckpointer(store._open, pause_writers=lambda: store._write_lock, every_s=0.05)
     store._checkpointer.start()
-    wait_for(lambda: store._checkpointer.copies > 0)
+    wait_for(lambda: store._checkpointer.copies > 0, what="the checkpointer's first copy")
     last = Report.from_dict(make_report(201, 201, {"loss": 1.0}))
     store.ingest_reports([PendingReport(job, last, 201.0)])
     with sqlite3.connect(db_path) as reader:  # the copy left nothing behind: the next write started the log again
@@ -102,10 +96,15 @@ def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path
 
 
 def test_close_stops_the_thread_at_once(tmp_path: Path) -> None:
-    checkpointer = WalCheckpointer(lambda: sqlite3.connect(tmp_path / "x.db"), every_s=30.0)
+    """The thread waits an hour between copies; close() ends it at once, not after that wait: close() is
+    waited for with a ceiling of a hundredth of that wait (an event wait; a slow machine takes
+    milliseconds longer, not half a minute)."""
+    checkpointer = WalCheckpointer(lambda: sqlite3.connect(tmp_path / "x.db"), every_s=3600.0)
     checkpointer.start()
     thread = checkpointer._thread
     assert thread is not None and thread.is_alive()
-    started = time.monotonic()
-    checkpointer.close()
-    assert not thread.is_alive() and time.monotonic() - started < checkpointer.every_s / 6  # not after its wait
+    closing = threading.Thread(target=checkpointer.close, daemon=True)
+    closing.start()
+    closing.join(checkpointer.every_s / 100)
+    assert not closing.is_alive(), "close() waits for the thread's hour-long wait"
+    assert not thread.is_alive()
