@@ -12,15 +12,36 @@ from collections.abc import Iterable, Sequence
 from ...protocol import MetricWindow
 from ..live.broadcaster import Broadcaster
 from ..store import Event, Job
-from ..views.serialisers import event_view, job_view, window_view
+from ..views.serialisers import COMPACT_METRICS, event_view, job_view, window_view
 
 __all__ = ["publish_events", "publish_job", "publish_points"]
 
 
 def publish_job(live: Broadcaster, job: Job, now: float) -> None:
     """The job changed: its compact view at ``now``, as a list of jobs reads it (the stream's readers
-    read the job's full view, its params included, when they need it)."""
-    live.publish("job", job.namespace, job.name, {"job": job_view(job, now, compact=True)})
+    read the job's full view, its params included, when they need it).
+
+    Built when it is read (:meth:`.Broadcaster.publish_deferred`): every report changes its job, and
+    with nobody following that job the view and its text were most of publishing (a ``Job`` is
+    immutable: the view is the same whenever it is built). A job with more metric names than a compact
+    view carries is written at once, so that the ring does not hold all its values meanwhile."""
+    if len(job.last_metrics) > COMPACT_METRICS:
+        live.publish("job", job.namespace, job.name, {"job": job_view(job, now, compact=True)})
+        return
+    live.publish_deferred(
+        "job",
+        job.namespace,
+        job.name,
+        lambda: {"job": job_view(job, now, compact=True)},
+        _HELD_BYTES + _HELD_BYTES_PER_METRIC * len(job.last_metrics),
+    )
+
+
+_HELD_BYTES = 2400
+"""What a deferred job update holds until it is read, about: its ``Job`` (a copy of its fields) and its closure
+(the text of a compact view of 5 metrics is 1,100 bytes)..."""
+_HELD_BYTES_PER_METRIC = 150
+"""...and per metric name, its latest value and window mean (two dicts of them are new at each report)."""
 
 
 def publish_points(live: Broadcaster, job: Job, windows: Sequence[MetricWindow], t: float) -> None:

@@ -76,6 +76,33 @@ class _Sent:
     name: str
     text: str
 
+    @property
+    def size(self) -> int:
+        """The bytes the ring counts for it."""
+        return len(self.text)
+
+
+class _Deferred:
+    """An update that nobody read when it was published, kept in the ring only: its text is written when a
+    resume reads it (``build`` gives its data then, the same as at publishing: it reads immutable things);
+    until then the ring counts ``size`` bytes for it, what it holds in memory."""
+
+    __slots__ = ("_build", "_text", "id", "kind", "name", "namespace", "size")
+
+    def __init__(self, uid: int, kind: str, namespace: str, name: str, build: Callable[[], dict[str, Any]], size: int):
+        self.id, self.kind, self.namespace, self.name, self.size = uid, kind, namespace, name, size
+        self._build: Callable[[], dict[str, Any]] | None = build
+        self._text = ""
+
+    @property
+    def text(self) -> str:
+        """The update as a server-sent event, written at the first read."""
+        if self._build is not None:
+            payload = encode_json({"namespace": self.namespace, "name": self.name, **self._build()})
+            self._text = f"id: {self.id}\nevent: {self.kind}\ndata: {payload}\n\n"
+            self._build = None  # what it held (a job) goes
+        return self._text
+
 
 class TooManyStreams(Exception):
     """A live stream over a limit (in all, or of one client): answered 429 with ``Retry-After``."""
@@ -103,11 +130,15 @@ class _Subscriber:
         self.lost = False
         self.ready = asyncio.Event()
 
-    def wants(self, update: Update | _Sent) -> bool:
+    def wants(self, update: Update | _Sent | _Deferred) -> bool:
+        return self.wants_key(update.namespace, update.name)
+
+    def wants_key(self, namespace: str, name: str) -> bool:
+        """Whether the updates of job ``namespace/name`` are for this subscriber."""
         return (
-            (self.namespace is None or update.namespace == self.namespace)
-            and (self.name is None or update.name == self.name)
-            and (self.allowed is None or update.namespace in self.allowed)
+            (self.namespace is None or namespace == self.namespace)
+            and (self.name is None or name == self.name)
+            and (self.allowed is None or namespace in self.allowed)
         )
 
 
@@ -130,7 +161,7 @@ class Broadcaster:
         # resync, even when this life has already published more updates than the earlier one had
         self.first_id = time.time_ns() // 1000 if first_id is None else first_id
         self._ids = itertools.count(self.first_id)
-        self._recent: deque[_Sent] = deque(maxlen=history)
+        self._recent: deque[_Sent | _Deferred] = deque(maxlen=history)
         self._recent_bytes = 0
         self.ring_bytes = ring_bytes
         """The most the ring's texts hold in all (the oldest go first)."""
@@ -170,15 +201,27 @@ class Broadcaster:
                 sub.ready.set()
         return update
 
-    def _remember(self, sent: _Sent) -> None:
+    def publish_deferred(
+        self, kind: str, namespace: str, name: str, build: Callable[[], dict[str, Any]], size: int
+    ) -> None:
+        """:meth:`publish` ``build()``, built only when it is read: at once when a subscriber wants it or a
+        relay passes it on, else only if a resume reads it from the ring (most updates of a server
+        without readers are never read). ``build`` must give the same data whenever it is called;
+        ``size``: the bytes the ring counts for it meanwhile (about what ``build`` holds)."""
+        if self.relays or any(sub.wants_key(namespace, name) for sub in self._subscribers):
+            self.publish(kind, namespace, name, build())
+        else:
+            self._remember(_Deferred(next(self._ids), kind, namespace, name, build, size))
+
+    def _remember(self, sent: _Sent | _Deferred) -> None:
         """Keep an update in the ring, the oldest leaving first when it is full in count or in bytes."""
         recent = self._recent
         if len(recent) == recent.maxlen:
-            self._recent_bytes -= len(recent[0].text)
+            self._recent_bytes -= recent[0].size
         recent.append(sent)
-        self._recent_bytes += len(sent.text)
+        self._recent_bytes += sent.size
         while self._recent_bytes > self.ring_bytes and len(recent) > 1:
-            self._recent_bytes -= len(recent.popleft().text)
+            self._recent_bytes -= recent.popleft().size
 
     @property
     def ring_size(self) -> tuple[int, int]:
