@@ -376,3 +376,68 @@ def test_live_updates_reach_the_other_replicas_in_the_order_sent(database: Any) 
     assert len(spilled) == len([i for i in range(40) if i % 7 == 3])
     restored = [json.loads(sender.read_spill(m["spill"])) if "spill" in m else m for m in read]
     assert [m["n"] for m in restored] == list(range(40))
+
+
+def test_a_batch_is_written_as_sqlite_writes_it_one_report_after_another(
+    database: Any, report: Callable[..., Report], tmp_path: Path
+) -> None:
+    """A batch goes to PostgreSQL in as few statements as its ranks allow (a rank's reports in later ones
+    than its report before): the answers, the series and the jobs are those of SQLite, which writes a batch
+    report after report."""
+    from stepwatch.server.store import IngestResult, PendingReport, SQLiteStore
+
+    def write(store: Store) -> tuple[list[tuple[bool, int | None]], list[tuple[int, str]], list[Any]]:
+        a, b = (store.register("ns", name, token_hash="h", now=1.0) for name in ("a", "b"))
+        batch = [
+            PendingReport(a, report(1, 10, {"loss": 1.0, "acc": 0.1}), 2.0),
+            PendingReport(b, report(1, 10, {"loss": 2.0}, rank=1, world_size=2), 2.0),
+            PendingReport(a, report(3, 30, {"loss": 0.8}), 3.0),  # the same rank: a later statement
+            PendingReport(b, report(1, 11, {"loss": 2.1}), 3.0),  # rank 0 of b, beside b's rank 1
+            PendingReport(a, report(2, 20, {"loss": 0.9}), 4.0),  # older than seq 3: history only
+            PendingReport(a, report(3, 30, {"loss": 0.8}), 5.0),  # a retry: a duplicate
+        ]
+        results = store.ingest_reports(batch)
+        assert all(isinstance(r, IngestResult) for r in results), results
+        answers = [(r.duplicate, r.job.step) for r in results if isinstance(r, IngestResult)]
+        series = [(p.step, name) for job in (a, b) for name in ("loss", "acc") for p in store.series(job.id, name)]
+        jobs = [store.job_by_id(job.id) for job in (a, b)]
+        return answers, series, [(j.step, j.state, dict(j.last_metrics)) for j in jobs if j]
+
+    assert write(database.open()) == write(SQLiteStore(tmp_path / "sqlite.db"))
+
+
+def test_a_replicas_live_updates_share_notifications_in_order(database: Any) -> None:
+    """The bridge packs a batch of updates into as few notifications as fit (an update over the limit alone,
+    through the spill table); another replica's bridge delivers each once, in the order published."""
+    import asyncio
+
+    from stepwatch.server.live.broadcaster import Broadcaster
+    from stepwatch.server.live.replicas import ReplicaBridge
+
+    async def run() -> list[int]:
+        sender_store, receiver_store = database.open(), database.open()
+        sender = ReplicaBridge(sender_store, Broadcaster())
+        receiver_live = Broadcaster()
+        receiver = ReplicaBridge(receiver_store, receiver_live)
+        got: list[int] = []
+        await sender.start()
+        await receiver.start()
+        original = receiver_live.publish
+
+        def publish(kind: str, namespace: str, name: str, data: dict[str, Any], *, relayed: bool = False) -> Any:
+            got.append(int(data["i"]))
+            return original(kind, namespace, name, data, relayed=relayed)
+
+        receiver_live.publish = publish  # type: ignore[method-assign]
+        packed = sender._packed([json.dumps({"i": i, "pad": "x" * 300}) for i in range(60)])
+        assert 1 < len(packed) < 10 and all(len(p.encode()) <= sender_store.notify_limit for p in packed)
+        for i in range(60):
+            sender._live.publish("points", "ns", "a", {"i": i, "pad": "x" * (9000 if i == 17 else 300)})
+        deadline = time.monotonic() + 10
+        while len(got) < 60 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await sender.aclose()
+        await receiver.aclose()
+        return got
+
+    assert asyncio.run(run()) == list(range(60))

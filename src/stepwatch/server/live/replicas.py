@@ -10,7 +10,11 @@ published there.
 
 Sending never blocks the publisher: updates wait in a bounded queue (the oldest go first when the
 database is away) and are sent in batches, one transaction each, by a task of the event loop through
-a worker thread. Receiving happens in the store's listening thread, handed over to the event loop.
+a worker thread. A batch's updates share notifications: as many as fit in one (``{"o": origin, "b":
+[update, ...]}``), so a report's two or three updates cost every other replica one notification to
+hear, decode and hand over, not one each. Receiving happens in the store's listening thread, handed
+over to the event loop one notification at a time; a replica's own notifications come back to it too,
+and are recognised by their first bytes, without decoding them.
 
 Each replica numbers its stream itself: a client that reconnects to another replica with a
 ``Last-Event-ID`` gets a ``resync`` at worst, and reads the state again.
@@ -56,6 +60,10 @@ class ReplicaBridge:
         self._live = live
         self._clock = clock
         self.origin = uuid.uuid4().hex[:12]
+        self._prefix = f'{{"o":"{self.origin}","b":['
+        """How this replica's notifications begin (``_packed`` writes them so)."""
+        self._own = f'{{"o":"{self.origin}",'
+        """How every notification of this replica begins, a spill's included (its store writes those so)."""
         self._queue: deque[str] = deque(maxlen=max_queue)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -93,7 +101,7 @@ class ReplicaBridge:
         """A local update (on the event loop): queued for the other replicas."""
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
-        message = {"o": self.origin, "k": update.kind, "ns": update.namespace, "n": update.name, "d": update.data}
+        message = {"k": update.kind, "ns": update.namespace, "n": update.name, "d": update.data}
         self._queue.append(encode_json(message, default=str))
         self._wake.set()
 
@@ -122,19 +130,39 @@ class ReplicaBridge:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), 500))]
             try:
-                await asyncio.to_thread(self._store.send_live, batch, self._clock(), self.origin)
+                await asyncio.to_thread(self._store.send_live, self._packed(batch), self._clock(), self.origin)
             except StoreError:
                 self._queue.extendleft(reversed(batch))  # kept in order, for the next try
                 raise
             self.sent += len(batch)
 
+    def _packed(self, batch: list[str]) -> list[str]:
+        """Updates (JSON texts) in notifications of at most the store's limit, in order; one that is over
+        the limit alone is a notification of its own, which the store sends through its table."""
+        limit = self._store.notify_limit - len(self._prefix) - 2
+        packed: list[str] = []
+        part: list[str] = []
+        size = 0
+        for text in batch:
+            n = len(text.encode()) + 1
+            if part and size + n > limit:
+                packed.append(self._prefix + ",".join(part) + "]}")
+                part, size = [], 0
+            part.append(text)
+            size += n
+        if part:
+            packed.append(self._prefix + ",".join(part) + "]}")
+        return packed
+
     # ---------------------------------------------------------------------------------- receiving
 
     def _heard(self, payload: str) -> None:
         """A notification on the live channel (in the store's listening thread)."""
+        if payload.startswith(self._own):
+            return  # this replica's own, published here already
         message = json.loads(payload)
         if message.get("o") == self.origin:
-            return  # this replica's own, published here already
+            return
         if "spill" in message:
             try:
                 text = self._store.read_spill(int(message["spill"]))
@@ -144,13 +172,15 @@ class ReplicaBridge:
             if text is None:
                 return
             message = json.loads(text)
+        updates = message.get("b", [message])  # (an older replica: one update each)
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._deliver, message)
+            loop.call_soon_threadsafe(self._deliver, updates)
 
-    def _deliver(self, message: dict[str, Any]) -> None:
-        self.received += 1
-        self._live.publish(message["k"], message["ns"], message["n"], message["d"], relayed=True)
+    def _deliver(self, updates: list[dict[str, Any]]) -> None:
+        for message in updates:
+            self.received += 1
+            self._live.publish(message["k"], message["ns"], message["n"], message["d"], relayed=True)
 
 
 def bridge_for(store: Store, live: Broadcaster, clock: Callable[[], float] = time.time) -> ReplicaBridge | None:

@@ -90,6 +90,8 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
     waiting). A history read then opens at most that many raw windows more, well within what it reads
     anyway."""
     _CACHES_TOKENS = False  # another replica may revoke a token at any moment: see SqlAccess.api_token
+    notify_limit = _NOTIFY_LIMIT
+    """Bytes of a notification's payload at most; :meth:`send_live` spills longer ones into a table."""
 
     def __init__(self, url: str, *, pool_size: int = 8, connect_timeout_s: float = 10.0) -> None:
         super().__init__()
@@ -245,19 +247,22 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
         if not payloads:
             return
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            # one round trip: BEGIN, the setting, the notifications and COMMIT go together (pipeline mode)
+            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+                # live updates are gone with the processes that hold them: their transaction need not wait
+                # for its commit to reach the disk (a NOTIFY gives it a transaction id, so a commit record)
+                conn.execute("SET LOCAL synchronous_commit TO OFF")
                 sent: list[str] = []
                 for payload in payloads:
-                    if len(payload.encode()) <= _NOTIFY_LIMIT:
+                    if len(payload) <= _NOTIFY_LIMIT // 4 or len(payload.encode()) <= _NOTIFY_LIMIT:
                         sent.append(payload)
                         continue
                     row = conn.execute(
                         "INSERT INTO live_spill (t, payload) VALUES (%s, %s) RETURNING id", (now, payload)
                     ).fetchone()
                     assert row is not None
-                    sent.append(json.dumps({"o": origin, "spill": row[0]}))
-                # every notification in one statement (a report publishes two or three updates: one round
-                # trip and one statement for the database, not one each); unnest reads the array in order
+                    sent.append(json.dumps({"o": origin, "spill": row[0]}, separators=(",", ":")))
+                # every notification in one statement, not one each; unnest reads the array in order
                 conn.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (self.live_channel, sent))
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None

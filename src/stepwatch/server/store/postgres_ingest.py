@@ -1,15 +1,19 @@
 """How the PostgreSQL store writes reports: a batch of native ones in few round trips, and upstream statuses.
 
 A report's rows (the report itself once by run, rank and seq; its rank's newest state when it is
-the newest; its windows) are one statement, :data:`INGEST_SQL`, which answers whether the report
-was new and the newest of its rank. The store's write transactions run in psycopg's pipeline mode:
+the newest; its windows) are written by one statement, which answers whether the report was new and
+the newest of its rank: :data:`BATCH_SQL` writes those of many reports at once (every column an array:
+one statement to plan and run for the batch, not one per report), as long as no rank comes twice (a
+rank's next report goes in the next statement, which sees the one before); :data:`INGEST_SQL` writes
+one report. The store's write transactions run in psycopg's pipeline mode:
 the statements of a whole batch are sent together and their answers read once; then, per report in
 order, what follows from them is worked out in Python (progress, state, last metrics, acknowledged
 commands) and its few writes (events, acknowledgements) queued, each job's row written once at the
 end, with the commit. So a batch costs a handful of round trips, not several per report.
 
 If a statement fails in a batch written that way, the whole transaction is rolled back and the
-batch is written again report by report, each in a savepoint, so the failure stays its own.
+batch is written again report by report (:data:`INGEST_SQL`), each in a savepoint, so the failure
+stays its own.
 
 :class:`PostgresIngest` is the PostgreSQL store's ingest half; :class:`~.postgres.PostgresStore` adds
 its connections, transactions and notifications.
@@ -29,11 +33,18 @@ from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import JOB_COLUMNS, column_value, job_from_row
 from .sql_store import SqlStore
 
-__all__ = ["INGEST_SQL", "POINTS_SQL", "PostgresIngest", "ReportFailed"]
+__all__ = ["BATCH_SQL", "INGEST_SQL", "POINTS_SQL", "PostgresIngest", "ReportFailed"]
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
-INGEST_SQL = """
+_RANK_UPSERT = """
+    ON CONFLICT (job_id, rank) DO UPDATE SET run_id = excluded.run_id, last_sent_at = excluded.last_sent_at,
+        last_seen_at = excluded.last_seen_at, step = excluded.step, step_time = excluded.step_time,
+        host = excluded.host, pid = excluded.pid, gpus = excluded.gpus
+"""
+"""How a report that is its rank's newest replaces the rank's row."""
+
+INGEST_SQL = f"""
 WITH prev AS (
     SELECT last_sent_at FROM ranks WHERE job_id = %(job)s AND rank = %(rank)s
 ), ins AS (
@@ -46,11 +57,7 @@ WITH prev AS (
     INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid, gpus)
     SELECT %(job)s, %(rank)s, %(run)s, %(sent)s::float8, %(now)s::float8, %(step)s::bigint,
            %(step_time)s::float8, %(host)s::text, %(pid)s::bigint, %(gpus)s::text
-    FROM ins WHERE ins.newest
-    ON CONFLICT (job_id, rank) DO UPDATE SET run_id = excluded.run_id, last_sent_at = excluded.last_sent_at,
-        last_seen_at = excluded.last_seen_at, step = excluded.step, step_time = excluded.step_time,
-        host = excluded.host, pid = excluded.pid, gpus = excluded.gpus
-), windows AS (
+    FROM ins WHERE ins.newest{_RANK_UPSERT}), windows AS (
     INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite)
     SELECT %(job)s, w.metric, w.step, %(now)s::float8, w.last, w.min, w.max, w.mean, w.count, w.nonfinite
     FROM unnest(%(metrics)s::text[], %(steps)s::bigint[], %(lasts)s::float8[], %(mins)s::float8[],
@@ -61,6 +68,39 @@ WITH prev AS (
 SELECT newest FROM ins
 """
 """One report's rows in one statement; a row ``(newest,)`` when the report was new, none for a duplicate."""
+
+BATCH_SQL = f"""
+WITH r AS (
+    SELECT * FROM unnest(%(job)s::bigint[], %(run)s::text[], %(rank)s::int[], %(seq)s::bigint[], %(now)s::float8[],
+                         %(sent)s::float8[], %(step)s::bigint[], %(step_time)s::float8[], %(host)s::text[],
+                         %(pid)s::bigint[], %(gpus)s::text[])
+         AS r (job_id, run_id, rank, seq, now, sent, step, step_time, host, pid, gpus)
+), ins AS (
+    INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest)
+    SELECT r.job_id, r.run_id, r.rank, r.seq, r.now, r.sent, r.step,
+           NOT EXISTS (SELECT 1 FROM ranks p WHERE p.job_id = r.job_id AND p.rank = r.rank AND p.last_sent_at > r.sent)
+    FROM r
+    ON CONFLICT DO NOTHING
+    RETURNING job_id, rank, newest
+), rank_rows AS (
+    INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid, gpus)
+    SELECT r.job_id, r.rank, r.run_id, r.sent, r.now, r.step, r.step_time, r.host, r.pid, r.gpus
+    FROM r JOIN ins ON ins.job_id = r.job_id AND ins.rank = r.rank
+    WHERE ins.newest{_RANK_UPSERT}), windows AS (
+    INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite)
+    SELECT w.job_id, w.metric, w.step, w.t, w.last, w.min, w.max, w.mean, w.count, w.nonfinite
+    FROM unnest(%(w_job)s::bigint[], %(w_rank)s::int[], %(metrics)s::text[], %(steps)s::bigint[], %(ts)s::float8[],
+                %(lasts)s::float8[], %(mins)s::float8[], %(maxs)s::float8[], %(means)s::float8[], %(counts)s::bigint[],
+                %(nonfinites)s::bigint[])
+         WITH ORDINALITY AS w (job_id, rank, metric, step, t, last, min, max, mean, count, nonfinite, n)
+    WHERE EXISTS (SELECT 1 FROM ins WHERE ins.job_id = w.job_id AND ins.rank = w.rank)
+    ORDER BY w.n
+)
+SELECT job_id, rank, newest FROM ins
+"""
+"""The rows of several reports, of distinct ranks, in one statement (as :data:`INGEST_SQL` each): a row
+``(job, rank, newest)`` for each report that was new. The windows are inserted in the order given (their
+``rowid`` is their order of arrival)."""
 
 POINTS_SQL = (
     "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
@@ -117,10 +157,13 @@ class PostgresIngest(SqlStore):
                 results[id(item)] = self._isolated(conn, item, pending, changed)
         else:
             try:
-                cursors = [conn.execute(INGEST_SQL, _params(item)) for item in known]  # sent together
-                answers = [cursor.fetchone() for cursor in cursors]  # one wait for all
-                for item, answer in zip(known, answers):
-                    results[id(item)] = self._apply(conn, item, answer, pending, changed)
+                waves = _waves(known)
+                cursors = [conn.execute(BATCH_SQL, _batch_params(wave)) for wave in waves]  # sent together
+                for wave, cursor in zip(waves, cursors):
+                    answers = {(job, rank): (newest,) for job, rank, newest in cursor.fetchall()}  # one wait for all
+                    for item in wave:
+                        answer = answers.get((item.job.id, item.report.identity.rank))
+                        results[id(item)] = self._apply(conn, item, answer, pending, changed)
             except psycopg.Error as exc:
                 raise ReportFailed from exc
         for job_id, updates in changed.items():
@@ -263,6 +306,51 @@ def _params(item: PendingReport) -> dict[str, Any]:
     }
 
 
+def _waves(items: Sequence[PendingReport]) -> list[list[PendingReport]]:
+    """A batch in runs of reports in order, each run with one report at most of each rank (a statement reads
+    the database as it stood before it: a rank's next report must see its report before)."""
+    waves: list[list[PendingReport]] = [[]]
+    ranks: set[tuple[int, int]] = set()
+    for item in items:
+        key = (item.job.id, item.report.identity.rank)
+        if key in ranks:
+            waves.append([])
+            ranks.clear()
+        ranks.add(key)
+        waves[-1].append(item)
+    return waves if waves[0] else []
+
+
+def _batch_params(items: Sequence[PendingReport]) -> dict[str, Any]:
+    """:data:`BATCH_SQL`'s parameters: each column of the reports, and of their windows, as one array."""
+    reports = [item.report for item in items]
+    windows = [(item, w) for item in items for w in item.report.metrics]
+    return {
+        "job": _array(str(item.job.id) for item in items),
+        "run": _array(_quoted(r.run_id) for r in reports),
+        "rank": _array(str(r.identity.rank) for r in reports),
+        "seq": _array(str(r.seq) for r in reports),
+        "now": _array(repr(item.now) for item in items),
+        "sent": _array(repr(r.sent_at) for r in reports),
+        "step": _array(_int(r.progress.step) for r in reports),
+        "step_time": _array(_float(r.progress.step_time) for r in reports),
+        "host": _array(_text(r.identity.host) for r in reports),
+        "pid": _array(_int(r.identity.pid) for r in reports),
+        "gpus": _array(_quoted(json.dumps([g.to_dict() for g in r.gpus])) for r in reports),
+        "w_job": _array(str(item.job.id) for item, _ in windows),
+        "w_rank": _array(str(item.report.identity.rank) for item, _ in windows),
+        "metrics": _array(_quoted(w.name) for _, w in windows),
+        "steps": _array(str(w.last_step) for _, w in windows),
+        "ts": _array(repr(item.now) for item, _ in windows),
+        "lasts": _array(repr(w.last) for _, w in windows),
+        "mins": _array(_float(w.min) for _, w in windows),
+        "maxs": _array(_float(w.max) for _, w in windows),
+        "means": _array(_float(w.mean) for _, w in windows),
+        "counts": _array(str(w.count) for _, w in windows),
+        "nonfinites": _array(str(w.nonfinite) for _, w in windows),
+    }
+
+
 # Arrays as PostgreSQL's text literals: psycopg's list dumper inspects every element for its type,
 # which cost more than the rest of a report's work; these values' types are known.
 
@@ -273,6 +361,14 @@ def _array(items: Iterable[str]) -> str:
 
 def _float(value: float | None) -> str:
     return "NULL" if value is None else repr(value)  # repr: nan, inf and -inf, which PostgreSQL reads
+
+
+def _int(value: int | None) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def _text(value: str | None) -> str:
+    return "NULL" if value is None else _quoted(value)
 
 
 def _quoted(text: str) -> str:

@@ -32,8 +32,8 @@ __all__ = ["ReplicaCache", "changes_payload"]
 
 def changes_payload(origin: str, job_ids: Iterable[int], names: Iterable[tuple[str, str]], limit: int) -> str:
     """The notification of a write transaction: who wrote, the jobs and names it changed."""
-    payload = json.dumps({"o": origin, "j": list(job_ids), "n": sorted(names)})
-    return payload if len(payload) <= limit else json.dumps({"o": origin, "all": True})
+    payload = json.dumps({"o": origin, "j": list(job_ids), "n": sorted(names)}, separators=(",", ":"))
+    return payload if len(payload) <= limit else json.dumps({"o": origin, "all": True}, separators=(",", ":"))
 
 
 class ReplicaCache:
@@ -41,6 +41,8 @@ class ReplicaCache:
 
     def __init__(self, origin: str, capacity: int = 20_000) -> None:
         self.origin = origin
+        self._own = f'{{"o":"{origin}",'
+        """How :func:`changes_payload` begins this store's own notifications, which come back to it too."""
         self._jobs = JobCache(capacity)
         self._lock = threading.Lock()
         self.epoch = 0
@@ -67,7 +69,9 @@ class ReplicaCache:
 
     def on_changed(self, payload: str) -> bool:
         """A notification of a store's write; whether it came from another store (this store's own are
-        ignored)."""
+        ignored, most without being decoded)."""
+        if payload.startswith(self._own):
+            return False
         message = json.loads(payload)
         if message.get("o") == self.origin:
             return False

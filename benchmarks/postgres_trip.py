@@ -1,0 +1,204 @@
+"""A report's trip on PostgreSQL without HTTP: server CPU and database CPU per report, with 1, 2 and 3 replicas.
+
+Each replica is a process that builds what ``stepwatch server`` builds around a PostgreSQL store (the
+store, the live broadcaster, the replica bridge, the ingest service) and drives the ingest service
+itself: ``--concurrency`` reporters per replica, each looking its job up as the report route does and
+awaiting ``ingest_report`` with a report body as the report core sends it (``server_ingest.report_dict``,
+5 metric windows), back to back. Each replica has jobs of its own (as section 6 of ``server_ingest.py``
+splits them), so what a replica spends on the others' reports (their notifications of changed jobs and
+their live updates, relayed) is counted in its CPU per report.
+
+Per replica count: reports/s, the replicas' CPU per report (all their threads; HTTP excluded, so below
+what ``server_ingest.py`` shows: compare the rows of one run), the CPU of the database's backends
+connected to the throwaway database per report (from /proc: PostgreSQL runs on this machine), and the
+statements and commits per report (statements: those the replicas' connections execute, counted in
+each process; commits: ``pg_stat_database``'s). ``--src PATH``, repeated, measures each of several
+``src/`` folders in turn, in the same run (A/B: the code before, exported with ``git archive``).
+
+    .venv/bin/python benchmarks/postgres_trip.py --database-url postgresql://root@127.0.0.1/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+
+from server_ingest import PostgresDatabase  # noqa: E402
+
+
+def child(args: dict[str, Any]) -> dict[str, Any]:
+    """One replica: serve its jobs' reports back to back between ``start_at`` and ``end_at``."""
+    import asyncio
+    import random
+
+    import psycopg
+    from server_ingest import report_dict
+
+    counted = {"statements": 0}
+    execute = psycopg.Connection.execute
+
+    def counting(self: Any, *a: Any, **k: Any) -> Any:
+        counted["statements"] += 1
+        return execute(self, *a, **k)
+
+    psycopg.Connection.execute = counting  # type: ignore[method-assign]
+
+    from stepwatch.protocol import Report
+    from stepwatch.server.ingest.service import ingest_report
+    from stepwatch.server.live.broadcaster import Broadcaster
+    from stepwatch.server.live.replicas import bridge_for
+    from stepwatch.server.services import Services, blocking
+    from stepwatch.server.store.postgres import PostgresStore
+
+    async def main() -> dict[str, Any]:
+        store = PostgresStore(args["url"])
+        live = Broadcaster()
+        svc = Services(store, live)
+        bridge = bridge_for(store, live)
+        assert bridge is not None
+        await bridge.start()
+        jobs = [
+            store.register(args["namespace"], name, token_hash="x" * 64, now=time.time(), total_steps=10**7)
+            for name in args["names"]
+        ]
+        done = {"reports": 0}
+        rng = random.Random(args["seed"])
+
+        async def reporter(k: int) -> None:
+            mine = jobs[k :: args["concurrency"]]
+            seq = 0
+            while time.time() < args["end_at"]:
+                for job in mine:
+                    found = store.cached_job(job.namespace, job.name) or await blocking(
+                        store.job, job.namespace, job.name
+                    )
+                    assert found is not None
+                    await ingest_report(svc, found, Report.from_dict(report_dict("run", seq, rng, os.getpid())))
+                    if args["measure_from"] <= time.time() < args["end_at"]:
+                        done["reports"] += 1
+                seq += 1
+
+        await asyncio.sleep(max(0.0, args["start_at"] - time.time()))
+        statements0 = counted["statements"]
+        tasks = [asyncio.create_task(reporter(k)) for k in range(args["concurrency"])]
+        await asyncio.sleep(max(0.0, args["measure_from"] - time.time()))
+        cpu0, statements0 = time.process_time(), counted["statements"]
+        await asyncio.sleep(max(0.0, args["end_at"] - time.time()))
+        cpu = time.process_time() - cpu0
+        statements = counted["statements"] - statements0
+        await asyncio.gather(*tasks)
+        await asyncio.sleep(args["linger_s"])  # the others still write: go on hearing them, as a server does
+        await bridge.aclose()
+        store.close()
+        return {"reports": done["reports"], "cpu_s": cpu, "statements": statements, "relayed_in": bridge.received}
+
+    return asyncio.run(main())
+
+
+def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict[str, Any]:
+    """One target: ``replicas`` processes on a fresh throwaway database."""
+    database = PostgresDatabase(url)
+    try:
+        now = time.time()
+        start_at = now + 4.0
+        measure_from = start_at + cfg.warmup
+        end_at = measure_from + cfg.duration
+        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE.parent}"}
+        procs = []
+        for i in range(replicas):
+            args = {
+                "url": database.url,
+                "namespace": "trip",
+                "names": [f"r{i}-job-{j}" for j in range(cfg.jobs // replicas)],
+                "concurrency": cfg.concurrency,
+                "seed": i,
+                "start_at": start_at,
+                "measure_from": measure_from,
+                "end_at": end_at,
+                "linger_s": 1.0,
+            }
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(HERE), "--child", json.dumps(args)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+            )
+            time.sleep(0.5)  # one after the other: the first makes the schema
+        time.sleep(max(0.0, measure_from - time.time()))
+        db0, commits0 = database.cpu_s(), _commits(database)
+        time.sleep(max(0.0, end_at - time.time()))
+        db1, commits1 = database.cpu_s(), _commits(database)
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=cfg.duration + 120)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        database.drop()
+    reports = sum(r["reports"] for r in results)
+    return {
+        "replicas": replicas,
+        "reports_per_s": reports / cfg.duration,
+        "cpu_ms_per_report": 1000 * sum(r["cpu_s"] for r in results) / max(reports, 1),
+        "db_cpu_ms_per_report": 1000 * (db1 - db0) / max(reports, 1),
+        "statements_per_report": sum(r["statements"] for r in results) / max(reports, 1),
+        "commits_per_report": (commits1 - commits0) / max(reports, 1),
+        "relayed_in": sum(r["relayed_in"] for r in results),
+    }
+
+
+def _commits(database: PostgresDatabase) -> int:
+    row = database._admin.execute(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database.name,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", default="postgresql://root@127.0.0.1/test")
+    parser.add_argument("--replicas", default="1,2,3", help="replica counts to measure, in turn")
+    parser.add_argument("--jobs", type=int, default=60, help="jobs in all, split across the replicas")
+    parser.add_argument("--concurrency", type=int, default=20, help="reporters per replica")
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        help="a src/ folder to measure (repeat: each in turn; default: this tree's)",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    cfg = parser.parse_args()
+    if cfg.child:
+        print(json.dumps(child(json.loads(cfg.child))))
+        return
+    sources = [Path(s).resolve() for s in cfg.src] or [HERE.parent.parent / "src"]
+    header = f"{'code':<28} {'replicas':>8} {'reports/s':>10} {'CPU ms/rep':>11} {'db CPU ms/rep':>14} "
+    print(header + f"{'statements/rep':>15} {'commits/rep':>12}")
+    for _ in range(cfg.rounds):
+        for src in sources:
+            for n in (int(x) for x in cfg.replicas.split(",")):
+                row = measure(cfg.database_url, n, cfg, src)
+                label = f"{src.parent.name}/{src.name}"[-28:]
+                print(
+                    f"{label:<28} {n:>8} {row['reports_per_s']:>10,.0f} {row['cpu_ms_per_report']:>11.3f} "
+                    f"{row['db_cpu_ms_per_report']:>14.3f} {row['statements_per_report']:>15.2f} "
+                    f"{row['commits_per_report']:>12.3f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
