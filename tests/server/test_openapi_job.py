@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from stepwatch.protocol import Frame, Identity, MetricWindow, Progress, Report, Where
+from stepwatch.testing import wait_for
 from stepwatch.testing.server import LocalServer
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -81,16 +82,19 @@ def _view(http: httpx.Client, name: str) -> dict[str, Any]:
 
 
 def _until(http: httpx.Client, name: str, state: str, feed: Callable[[int], None]) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    i = 0
-    while time.monotonic() < deadline:
-        feed(i)
-        i += 1
+    """Feed the job (call ``i`` at most every 0.2 s) until its view reads ``state``; that view."""
+    calls = itertools.count()
+
+    def fed_and_read() -> dict[str, Any] | None:
+        feed(next(calls))
         view = _view(http, name)
-        if view["health"]["state"] == state:
-            return view
-        time.sleep(0.2)
-    raise AssertionError(f"{name} never read {state}: {_view(http, name)['health']}")
+        return view if view["health"]["state"] == state else None
+
+    try:
+        view: dict[str, Any] = wait_for(fed_and_read, 30, f"{name} to read {state}", every=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; its health: {_view(http, name)['health']}") from None
+    return view
 
 
 def _check_timeline(view: dict[str, Any]) -> None:
