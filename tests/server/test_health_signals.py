@@ -321,7 +321,7 @@ def test_the_evaluation_is_judged_over_the_span_of_the_losss_evidence(
     tr._plateau.test = PlateauTest(
         6000.0, 300.0, 0.0, 0.01, 2.0, 2.0, 1200, long_gain, long_se, False, False, 5000.0, 0, dropped=dropped
     )
-    assert tr._eval_since(5000.0) == since, case
+    assert tr._learning.eval_since(5000.0) == since, case
 
 
 def test_a_veto_that_lapses_in_the_last_planned_steps_raises_nothing() -> None:

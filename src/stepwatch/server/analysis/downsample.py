@@ -182,24 +182,11 @@ def downsample_columns(
     single windows). Raises ``ValueError`` when the columns differ in length or ``max_points < 1``.
     """
     n = len(steps)
-    columns = (times, lasts, mins, maxs, means, counts, nonfinites)
-    if any(len(c) != n for c in columns) or any(c is not None and len(c) != n for c in (first_steps, windows)):
-        raise ValueError("all columns must have the same length")
-    if max_points < 1:
-        raise ValueError(f"max_points must be at least 1, got {max_points}")
-    if n <= max_points:
-        return Columns(
-            list(steps),
-            list(times),
-            list(lasts),
-            list(mins),
-            list(maxs),
-            list(means),
-            list(counts),
-            list(nonfinites),
-            list(steps if first_steps is None else first_steps),
-            [1] * n if windows is None else list(windows),
-        )
+    _check(n, (times, lasts, mins, maxs, means, counts, nonfinites, first_steps, windows), max_points)
+    if n <= max_points:  # nothing to merge: the columns, copied
+        first = steps if first_steps is None else first_steps
+        ones = [1] * n if windows is None else windows
+        return Columns(*_copied(steps, times, lasts, mins, maxs, means, counts, nonfinites, first, ones))
     # Slicing a list copies pointers at C speed; other sequences are copied once into lists.
     steps, times, lasts = _as_list(steps), _as_list(times), _as_list(lasts)
     mins, maxs, means = _as_list(mins), _as_list(maxs), _as_list(means)
@@ -254,6 +241,20 @@ def downsample_columns(
         [steps[a] for a in starts] if first_steps is None else [first_steps[a] for a in starts],
         [b - a for a, b in pairwise(bounds)] if windows is None else [sum(windows[a:b]) for a, b in pairwise(bounds)],
     )
+
+
+def _copied(*columns: Sequence[Any]) -> Iterator[list[Any]]:
+    """Each column as a list of its own."""
+    return map(list, columns)
+
+
+def _check(n: int, columns: Iterable[Sequence[object] | None], max_points: int) -> None:
+    """Refuse columns of another length than ``n`` (``None``: an optional column left out) and
+    ``max_points < 1``."""
+    if any(c is not None and len(c) != n for c in columns):
+        raise ValueError("all columns must have the same length")
+    if max_points < 1:
+        raise ValueError(f"max_points must be at least 1, got {max_points}")
 
 
 def _bounds(n: int, windows: Sequence[int] | None, max_points: int) -> list[int]:

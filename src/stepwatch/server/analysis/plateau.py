@@ -251,7 +251,7 @@ class PlateauDetector:
         i_last = bisect_right(times, t - span)
         i_old = bisect_right(times, t - span + group)
         i_new = bisect_right(times, t - group)
-        n_old, n_new, n_last = i_old - i_last, len(times) - i_new, len(times) - i_last
+        n_old, n_new = i_old - i_last, len(times) - i_new
         i_span = bisect_right(times, t - history)
         windows = sum(self._w[i_span:])  # over the history: short windows of short jobs count too
         if n_old < 2 or n_new < 2 or windows < p.plateau_min_windows:
@@ -262,7 +262,6 @@ class PlateauDetector:
         lag = c_new - c_old
         if lag <= 0 or m_old == 0:
             return None
-        last = means[i_last:]
         # the noise from the whole history: a steadier estimate, but from few blocks (a first window: ~30)
         # still a noisy one: each threshold is a Student-t quantile at the estimate's degrees of freedom
         # (a seed of health_pace.py read its noise at half its size, and its flat loss as learning)
@@ -271,46 +270,17 @@ class PlateauDetector:
         gain = (m_old - m_new) * unit / lag
         se_old, se_new = sigma / math.sqrt(n_old), sigma / math.sqrt(n_new)
         se = math.hypot(se_old, se_new) * abs(unit) / lag
-        z = _student(p.noise_z, dof)
         significant = gain >= _student(self._learning_z(self._steps_since(i_last)), dof) * se
         learning = significant or gain >= p.min_delta
         long_gain = long_se = early = recent = change_se = keeps_learning = None
         dropped = False
-        i_far = bisect_right(times, t - history + window)  # the history's first window: i_span..i_far
-        n_far = i_far - i_span
-        if i_span > 0 and t - history >= judged_from and n_far >= 2:
-            m_far, c_far = _trimmed(means[i_span:i_far], sign), sum(times[i_span:i_far]) / n_far
-            m_last, c_last = _trimmed(last, sign), sum(times[i_last:]) / n_last
-            # the last window against the window at the start of the history
-            long_gain = (m_far - m_last) * unit / (c_last - c_far)
-            # 1.15: a trimmed mean of a whole window also trims along the trend (measured on the healthy curves)
-            long_se = 1.15 * sigma * math.sqrt(1 / n_far + 1 / n_last) * abs(unit) / (c_last - c_far)
-            # the rate from there to the window's start against the rate over the window: per second,
-            # or, when the job reports its learning rate, per unit of learning-rate area (a schedule
-            # that decays the rate slows the loss by design; a loss flat while the area grows is not)
-            early_lag, new_lag = self._lags((i_span, i_far), (i_last, i_old), i_new, c_old - c_far, lag)
-            early = (m_far - m_old) * unit / early_lag
-            recent = (m_old - m_new) * unit / new_lag
-            se_far = sigma / math.sqrt(n_far)
-            change_se = abs(unit) * math.sqrt(
-                (se_far / early_lag) ** 2 + (se_old * (1 / early_lag + 1 / new_lag)) ** 2 + (se_new / new_lag) ** 2
-            )
-            # a slow steady tail: improving over the history, at a rate that did not drop; near the
-            # planned end a falling rate is the schedule annealing, and only a flat history counts
-            dropped = early - recent >= _student(p.change_z, dof) * change_se and not self._annealing()
-            steady = long_gain >= z * long_se and not dropped
-            if self.flat and t - history < self.flat_from[0]:
-                # a plateau ends on an improvement made on it: a history that reaches back to the
-                # learning before the plateau shows that learning, not a recovery
-                steady = False
+        groups = _Groups(i_span, i_last, i_old, i_new, c_old, lag, m_old, m_new, sigma, dof, unit)
+        past = self._over_history(t, history, window, judged_from, groups) if i_span > 0 else None
+        if past is not None:
+            long_gain, long_se, early, recent, change_se, dropped, steady, keeps = past
             # while a plateau is being confirmed, a rate whose drop falls just under change_z does not
             # end the confirmation: only one that is clearly no drop does (hysteresis)
-            learning, significant, keeps_learning = (
-                learning or steady,
-                significant or steady,
-                learning
-                or (steady and (self._annealing() or early - recent < _student(p.change_keep_z, dof) * change_se)),
-            )
+            learning, significant, keeps_learning = (learning or steady, significant or steady, learning or keeps)
         since_step = self._s[min(bisect_right(times, c_old), len(times) - 1)]
         return PlateauTest(
             t,
@@ -333,6 +303,74 @@ class PlateauDetector:
             keeps_learning,
             dof,
         )
+
+    def _over_history(self, t: float, history: float, window: float, judged_from: float, g: _Groups) -> _History | None:
+        """The test over the longer history (``None`` before it is covered, or when it reaches into the
+        warm-up): a slow steady tail, too slow to show within one window, still learns; a rate that drops
+        to nothing does not."""
+        p = self.params
+        times, means, sign = self._t, self._m, self._sign
+        i_far = bisect_right(times, t - history + window)  # the history's first window: i_span..i_far
+        n_far, n_last = i_far - g.i_span, len(times) - g.i_last
+        if t - history < judged_from or n_far < 2:
+            return None
+        m_far, c_far = _trimmed(means[g.i_span : i_far], sign), sum(times[g.i_span : i_far]) / n_far
+        m_last, c_last = _trimmed(means[g.i_last :], sign), sum(times[g.i_last :]) / n_last
+        unit, sigma = g.unit, g.sigma
+        # the last window against the window at the start of the history
+        long_gain = (m_far - m_last) * unit / (c_last - c_far)
+        # 1.15: a trimmed mean of a whole window also trims along the trend (measured on the healthy curves)
+        long_se = 1.15 * sigma * math.sqrt(1 / n_far + 1 / n_last) * abs(unit) / (c_last - c_far)
+        # the rate from there to the window's start against the rate over the window: per second,
+        # or, when the job reports its learning rate, per unit of learning-rate area (a schedule
+        # that decays the rate slows the loss by design; a loss flat while the area grows is not)
+        early_lag, new_lag = self._lags((g.i_span, i_far), (g.i_last, g.i_old), g.i_new, g.c_old - c_far, g.lag)
+        early = (m_far - g.m_old) * unit / early_lag
+        recent = (g.m_old - g.m_new) * unit / new_lag
+        se_far, se_old = sigma / math.sqrt(n_far), sigma / math.sqrt(g.i_old - g.i_last)
+        se_new = sigma / math.sqrt(len(times) - g.i_new)
+        change_se = abs(unit) * math.sqrt(
+            (se_far / early_lag) ** 2 + (se_old * (1 / early_lag + 1 / new_lag)) ** 2 + (se_new / new_lag) ** 2
+        )
+        # a slow steady tail: improving over the history, at a rate that did not drop; near the
+        # planned end a falling rate is the schedule annealing, and only a flat history counts
+        dropped = early - recent >= _student(p.change_z, g.dof) * change_se and not self._annealing()
+        steady = long_gain >= _student(p.noise_z, g.dof) * long_se and not dropped
+        if self.flat and t - history < self.flat_from[0]:
+            # a plateau ends on an improvement made on it: a history that reaches back to the
+            # learning before the plateau shows that learning, not a recovery
+            steady = False
+        keeps = steady and (self._annealing() or early - recent < _student(p.change_keep_z, g.dof) * change_se)
+        return _History(long_gain, long_se, early, recent, change_se, dropped, steady, keeps)
+
+
+class _Groups(NamedTuple):
+    """The window's groups of blocks in one test, as :meth:`PlateauDetector._over_history` needs them."""
+
+    i_span: int  # the first block of the history
+    i_last: int  # the first block of the window (its oldest group: i_last..i_old)
+    i_old: int
+    i_new: int  # the first block of the newest group (to the end)
+    c_old: float  # the oldest group's centre (time)
+    lag: float  # from the oldest group's centre to the newest's (seconds)
+    m_old: float  # the groups' trimmed means
+    m_new: float
+    sigma: float  # a block's noise
+    dof: float  # its degrees of freedom
+    unit: float  # a difference of means -> relative improvement per window
+
+
+class _History(NamedTuple):
+    """The test over the history: the last window against the history's first, and the drop of the rate."""
+
+    long_gain: float
+    long_se: float
+    early: float  # the rate before the window (per window; per its span of area with a learning rate)
+    recent: float  # the rate over the window, in the same unit
+    change_se: float  # the standard error of early - recent
+    dropped: bool  # the recent rate fell significantly below the earlier one
+    steady: bool  # improving over the history, at a rate that did not drop: a slow steady tail learns
+    keeps: bool  # steady, with the drop test's lower threshold of a plateau being confirmed
 
 
 def _mean(values: Sequence[float]) -> float:
