@@ -6,9 +6,10 @@ import threading
 import time
 
 import httpx
+import pytest
 from swtest import start_job, step_until, wait_for
 
-from stepwatch.client import Client, Job
+from stepwatch.client import Client, Job, recipes
 from stepwatch.client.recipes import finishing_within, notify_if_late, stop_when, threshold
 
 
@@ -107,3 +108,20 @@ def test_finishing_within_and_the_gpus_they_free(server: str, ns: str, client: C
     assert [f.job.name for f in finishing_within(client, minutes=2 * 24 * 60, namespace=ns)] == ["almost", "later"]
     assert finishing_within(client, minutes=2 * 24 * 60, namespace=ns).gpus == 12
     soon.finish()
+
+
+def test_notify_if_late_is_not_said_again_after_a_view_with_no_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Views in a row, read as the watch gives them (a scripted sequence, no server: the server withholds the
+    ETA while it is unsure, e.g. a stalled moment, and the default suite saw a 2.8-hour job said late twice
+    under load). Late, no ETA, late: said once; back in time, then late again: said a second time."""
+    deadline = time.time() + 3600
+
+    def view(finish: float | None) -> Job:
+        eta = {} if finish is None else {"finish_time": finish}
+        return Job({"namespace": "n", "name": "slow", "state": "running", "eta": eta})
+
+    finishes = [deadline + 7200, None, deadline + 7000, None, deadline - 60, deadline + 600]
+    monkeypatch.setattr(recipes, "_job_views", lambda *args: iter([view(f) for f in finishes]))
+    calls: list[float] = []
+    said = notify_if_late(Client("http://127.0.0.1:9"), "slow", deadline, lambda job, when: calls.append(when))
+    assert said == 2 and calls == [deadline + 7200, deadline + 600]

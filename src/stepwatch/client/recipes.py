@@ -122,7 +122,9 @@ def notify_if_late(
 ) -> int:
     """Call ``notify(job, finish_time)`` when the job's ETA passes ``deadline`` (Unix seconds); once, and
     again only after it came back in time and slipped again. Returns how often it notified, when the job
-    ends (or ``timeout``). A job with no ETA yet is not late; a job still running at the deadline is."""
+    ends (or ``timeout``). A job with no ETA yet is not late; a job still running at the deadline is. A view
+    with no ETA between two that have one (the server withholds it while it is unsure, e.g. a stalled
+    moment) changes nothing: only an ETA back before the deadline makes a later slip worth saying again."""
     late = False
     said = 0
     for job in _job_views(client, name, namespace, timeout):
@@ -131,9 +133,11 @@ def notify_if_late(
         finish = finish_time(job)
         if finish is None and time.time() > deadline:
             finish = time.time()
-        now_late = finish is not None and finish > deadline
+        if finish is None:
+            continue
+        now_late = finish > deadline
         if now_late and not late:
-            notify(job, finish if finish is not None else math.inf)
+            notify(job, finish)
             said += 1
         late = now_late
     return said
