@@ -32,7 +32,7 @@ import stepwatch
 from stepwatch import _run
 from stepwatch._transport import HTTPTransport, Response, TransportError
 from stepwatch.protocol import Report
-from stepwatch.testing import MemoryTransport, Received, ReportSink
+from stepwatch.testing import MemoryTransport, Received, ReportSink, wait_for
 
 STEPS = 300
 """Steps of the standard loop (about 0.65 s)."""
@@ -197,16 +197,6 @@ def warnings_of(caplog: pytest.LogCaptureFixture, text: str = "") -> list[str]:
         for r in caplog.records
         if r.name == "stepwatch" and r.levelno >= logging.WARNING and text in r.getMessage()
     ]
-
-
-def eventually(condition: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``condition`` (for what ``ReportSink.wait_for`` cannot check: see the xfail below)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def rss_kib() -> int:
@@ -764,7 +754,7 @@ def test_commands_reach_the_loop_and_are_acknowledged(sink: ReportSink, healthy:
     assert 1 <= seen["checkpoint"] - issued["checkpoint"] <= 3, (issued, seen)
     assert 1 <= seen["stop"] - issued["stop"] <= 3, (issued, seen)
     assert run.command_reason == "budget exceeded"
-    assert eventually(lambda: not sink.pending_commands, 2)  # the next reports acknowledged both
+    wait_for(lambda: not sink.pending_commands, what="the next reports to acknowledge both")
     finish_delivered(run, sink, expected="stopped")  # a loop that obeyed a stop ends stopped, not finished
     assert sink.pending_commands == []
     assert_complete(reports_of(sink, run), steps)

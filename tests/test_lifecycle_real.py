@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -25,6 +25,7 @@ import pytest
 
 from stepwatch.cli import main as cli_main
 from stepwatch.client import Client
+from stepwatch.testing import wait_for
 from stepwatch.testing.server import LocalServer
 
 pytest.importorskip("numpy")
@@ -56,13 +57,6 @@ def _view(server: str, name: str) -> dict[str, Any]:
     return httpx.get(f"{server}/api/v1/namespaces/default/jobs/{name}", timeout=5).json()
 
 
-def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = cli_main(list(argv))
     out, _ = capsys.readouterr()
@@ -91,7 +85,9 @@ def test_a_stop_reads_stopped_in_every_reader(
     process = _runner(
         server, "plateau", tmp_path, "--steps", steps, "--step-seconds", "0.01", *([] if obeys else ["--ignore-stop"])
     )
-    _wait(lambda: ((_view(server, "plateau").get("progress") or {}).get("step") or 0) >= 20)
+    wait_for(
+        lambda: ((_view(server, "plateau").get("progress") or {}).get("step") or 0) >= 20, 60, "step 20", every=0.2
+    )
     _stop(server, "plateau", "plateau")
     out, err = process.communicate(timeout=90)
     assert process.returncode == 0, err
@@ -150,7 +146,9 @@ def test_a_resumed_job_has_a_right_eta_from_its_first_seconds(server: str, tmp_p
     total, step_s = 2400, "0.02"
     first = _runner(server, "resume", tmp_path, "--steps", str(total), "--step-seconds", step_s, "--pid-file",
                     str(tmp_path / "pid"))  # fmt: skip
-    _wait(lambda: ((_view(server, "resume").get("progress") or {}).get("step") or 0) >= 400)
+    wait_for(
+        lambda: ((_view(server, "resume").get("progress") or {}).get("step") or 0) >= 400, 60, "step 400", every=0.2
+    )
     os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)  # killed mid-run: no final report
     first.communicate(timeout=30)
     assert _view(server, "resume")["state"] == "failed"

@@ -28,7 +28,7 @@ from stepwatch import _setup, _status_server
 from stepwatch._settings import SettingError, parse_metrics_port, resolve
 from stepwatch._trainjob import trainjob_node
 from stepwatch.protocol.progression import DEFAULT_METRICS_PORT, ProgressionStatus, decode_status
-from stepwatch.testing import ReportSink, poll_progression, read_termination_message
+from stepwatch.testing import ReportSink, poll_progression, read_termination_message, wait_for
 
 INTERVAL = 0.05
 """The sender's interval in these tests: a status is at most this old (plus a cycle)."""
@@ -61,14 +61,18 @@ def _serve(**kwargs: Any) -> stepwatch.Run:
 def _until(
     run: stepwatch.Run, predicate: Callable[[ProgressionStatus], bool], timeout: float = 10.0
 ) -> ProgressionStatus:
-    """Poll (as the controller does) until the status served satisfies ``predicate``; the last one read."""
-    assert run.metrics_address is not None
-    deadline = time.monotonic() + timeout
-    while True:
-        status = poll_progression(run.metrics_address)
-        if predicate(status) or time.monotonic() > deadline:
-            return status
-        time.sleep(INTERVAL / 2)
+    """Poll (as the controller does) until the status served satisfies ``predicate``; that status."""
+    address = run.metrics_address
+    assert address is not None
+
+    def satisfied() -> ProgressionStatus | None:
+        status = poll_progression(address)
+        return status if predicate(status) else None
+
+    status: ProgressionStatus = wait_for(
+        satisfied, timeout, "the status served to satisfy the predicate", every=INTERVAL / 2
+    )
+    return status
 
 
 def _raw(address: tuple[str, int], request: bytes, timeout: float = 5.0) -> bytes:

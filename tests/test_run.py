@@ -15,7 +15,7 @@ import pytest
 import stepwatch
 from stepwatch import _run
 from stepwatch.protocol import LIMITS, Report
-from stepwatch.testing import MemoryTransport, ReportSink
+from stepwatch.testing import MemoryTransport, ReportSink, wait_for
 
 
 def _reports(transport: MemoryTransport) -> list[Report]:
@@ -337,12 +337,7 @@ def test_params_given_later_go_with_the_next_report_and_add_to_the_first() -> No
 
 
 def transport_wait(transport: MemoryTransport, n: int, timeout: float = 5.0) -> bool:
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if len(transport.requests) >= n:
-            return True
-        done.wait(0.01)
-    return False
+    return wait_for(lambda: len(transport.requests) >= n, timeout, f"{n} requests")
 
 
 @pytest.mark.parametrize(
@@ -542,13 +537,8 @@ def test_a_run_asked_to_stop_ends_stopped(ending: str) -> None:
 
 
 def _wait_for(transport: MemoryTransport, found: Callable[[list[Report]], bool], timeout: float = 10.0) -> bool:
-    """Wait (an event wait, no fixed sleep) until the reports sent so far satisfy ``found``."""
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if found(_reports(transport)):
-            return True
-        done.wait(0.01)
-    return False
+    """Wait until the reports sent so far satisfy ``found``."""
+    return wait_for(lambda: found(_reports(transport)), timeout, "reports that satisfy the condition")
 
 
 def test_evaluating_is_sent_as_the_phase_with_its_seconds_and_training_is_the_default(

@@ -5,8 +5,6 @@ what was there (PostgreSQL's: ``test_postgres.py``)."""
 from __future__ import annotations
 
 import sqlite3
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +15,6 @@ from stepwatch.server.api.auth import mint_token
 from stepwatch.server.api.request import hash_token
 from stepwatch.server.store import AuditEntry, SQLiteStore, Store
 from stepwatch.server.store.migrations import SCHEMA_VERSION
-
-
-def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.01)
 
 
 def _made(store: Store, role: str = "viewer", namespaces: tuple[str, ...] = ("a",), name: str = "t") -> tuple[str, str]:
