@@ -4,6 +4,8 @@ another SQLite file, verification included, with the rows per second of each.
 
     .venv/bin/python benchmarks/store_copy.py --points 1000000 --database-url postgresql://root@127.0.0.1/test
 
+``--postgres-only`` leaves out the copy into SQLite (the issue's path is the laptop's SQLite to PostgreSQL).
+
 The source is built as ``server_ingest.py`` builds its bulk database (jobs and one report each through
 the store, the points by ``executemany``, the roll-ups rebuilt). A throwaway PostgreSQL database is made
 on the server of ``--database-url`` and dropped after.
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--database-url", default="postgresql://root@127.0.0.1/test")
+    parser.add_argument("--postgres-only", action="store_true", help="copy into PostgreSQL only, not into SQLite")
     opts = parser.parse_args()
     import psycopg
 
@@ -73,8 +76,9 @@ def main() -> None:
             print(f"built {db} ({out['source_mb']} MB) in {out['build_s']} s")
             out["sqlite_to_postgres"] = _copy(f"sqlite:///{db}", pg_url)
             print("SQLite -> PostgreSQL:", out["sqlite_to_postgres"])
-            out["sqlite_to_sqlite"] = _copy(f"sqlite:///{db}", f"sqlite:///{Path(tmp) / 'target.db'}")
-            print("SQLite -> SQLite:", out["sqlite_to_sqlite"])
+            if not opts.postgres_only:
+                out["sqlite_to_sqlite"] = _copy(f"sqlite:///{db}", f"sqlite:///{Path(tmp) / 'target.db'}")
+                print("SQLite -> SQLite:", out["sqlite_to_sqlite"])
     finally:
         with psycopg.connect(opts.database_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name}")

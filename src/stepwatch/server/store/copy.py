@@ -19,9 +19,12 @@ merged without renumbering every id, which this does not do.
 
 from __future__ import annotations
 
+import itertools
+import marshal
 import math
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +85,8 @@ class Database:
 
             self.conn = psycopg.connect(url)
         else:
-            self.conn = sqlite3.connect(_sqlite_path(url), isolation_level=None)
+            # (a copy reads the next chunk in a thread while this one is written: one thread at a time)
+            self.conn = sqlite3.connect(_sqlite_path(url), isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA busy_timeout = 30000")
 
     @property
@@ -229,8 +233,9 @@ def _copy_table(
     copied = 0
     if progress is not None:
         progress(f"copying {table.name}", already, total)
-    for chunk in _chunks(source, table, columns, key, after, chunk_rows):
-        rows = [_convert(row, table, columns, source.dialect, target.dialect) for row in chunk]
+    convert = _converter(table, columns, source.dialect, target.dialect)
+    for chunk in _ahead(_chunks(source, table, columns, key, after, chunk_rows)):
+        rows = chunk if convert is None else [convert(row) for row in chunk]
         _write(target, table, columns, rows)
         copied += len(rows)
         if progress is not None:
@@ -277,24 +282,44 @@ def _chunks(
             return
 
 
-def _convert(row: tuple[Any, ...], table: Table, columns: list[str], src: str, dst: str) -> tuple[Any, ...]:
-    """A row as the target stores it: booleans (SQLite's 0/1, PostgreSQL's bool) and NaN (SQLite keeps
-    it as the text 'NaN', which it would otherwise turn into NULL)."""
-    if src == dst:
-        return row
-    out = list(row)
+def _ahead(chunks: Iterator[list[tuple[Any, ...]]]) -> Iterator[list[tuple[Any, ...]]]:
+    """The chunks of ``chunks``, each next one read in a thread while the caller works on the one before:
+    reading one database overlaps writing (or reading) the other, both waiting outside the GIL."""
+    with ThreadPoolExecutor(1, thread_name_prefix="stepwatch-copy") as pool:
+        future = pool.submit(next, chunks, None)
+        while (chunk := future.result()) is not None:
+            future = pool.submit(next, chunks, None)
+            yield chunk
+
+
+def _converter(
+    table: Table, columns: list[str], src: str, dst: str
+) -> Callable[[tuple[Any, ...]], tuple[Any, ...]] | None:
+    """How a row becomes what the target stores (``None``: as it is): booleans (SQLite's 0/1, PostgreSQL's
+    bool) and NaN (SQLite keeps it as the text 'NaN', which it would otherwise turn into NULL). Worked out
+    once a table: a copy calls it for every row."""
     types = {c.name: c.type for c in table.columns}
-    for i, name in enumerate(columns):
-        value = out[i]
-        kind = types[name]
-        if kind is BOOL and value is not None:
-            out[i] = bool(value) if dst == "postgres" else int(value)
-        elif kind is FLOAT:
+    bools = [i for i, name in enumerate(columns) if types[name] is BOOL]
+    floats = [i for i, name in enumerate(columns) if types[name] is FLOAT]
+    if src == dst or not (bools or floats):
+        return None
+
+    def convert(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not bools and dst == "postgres" and "NaN" not in row:  # most rows: one scan in C
+            return row
+        out = list(row)
+        for i in bools:
+            if out[i] is not None:
+                out[i] = bool(out[i]) if dst == "postgres" else int(out[i])
+        for i in floats:
+            value = out[i]
             if dst == "postgres" and value == "NaN":
                 out[i] = math.nan
             elif dst == "sqlite" and isinstance(value, float) and math.isnan(value):
                 out[i] = "NaN"
-    return tuple(out)
+        return tuple(out)
+
+    return convert
 
 
 def _write(target: Database, table: Table, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
@@ -305,8 +330,10 @@ def _write(target: Database, table: Table, columns: list[str], rows: list[tuple[
         with (
             target.conn.transaction(),
             target.conn.cursor() as cur,
-            cur.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy,
+            cur.copy(f"COPY {table.name} ({names}) FROM STDIN (FORMAT BINARY)") as copy,
         ):
+            # binary: no float written as text by Python and parsed back by the server (most of a point)
+            copy.set_types([_binary_type(table, name) for name in columns])
             for row in rows:
                 copy.write_row(row)
         return
@@ -325,6 +352,15 @@ def _write(target: Database, table: Table, columns: list[str], rows: list[tuple[
         raise
 
 
+def _binary_type(table: Table, column: str) -> str:
+    """The PostgreSQL type a column's values are written as, in a binary ``COPY``."""
+    declared = next(c.type for c in table.columns if c.name == column).postgres
+    for prefix, name in (("BIGINT", "int8"), ("INTEGER", "int4"), ("DOUBLE", "float8"), ("BOOLEAN", "bool")):
+        if declared.startswith(prefix):
+            return name
+    return "text"
+
+
 def _reset_identities(target: Database, tables: list[Table]) -> None:
     """PostgreSQL's identity columns go on after the greatest id copied (ids were given, not drawn)."""
     for table in tables:
@@ -339,30 +375,43 @@ def _reset_identities(target: Database, tables: list[Table]) -> None:
 def _compare(
     source: Database, target: Database, table: Table, size: int, total: int = 0, progress: Progress | None = None
 ) -> list[str]:
-    """The first few rows that differ between the two sides of one table (empty when none do)."""
+    """The first few rows that differ between the two sides of one table (empty when none do).
+
+    Both sides are read in the same key order, in chunks; a chunk whose rows serialise to the same bytes
+    (``marshal``: types and floats to the bit) on both sides is equal, at C speed; only a chunk that does
+    not is compared row by row, where NaNs are equal whatever their bits."""
     key = _key(table)
     columns = [c.name for c in table.columns if c.type.sql(source.dialect) is not None or c.name == "rowid"]
+    convert = _converter(table, columns, source.dialect, target.dialect)
     problems: list[str] = []
-    theirs = _chunks(target, table, columns, key, None, size)
+    theirs = _ahead(_chunks(target, table, columns, key, None, size))
     pending: list[tuple[Any, ...]] = []
     compared = 0
-    for chunk in _chunks(source, table, columns, key, None, size):
+    for chunk in _ahead(_chunks(source, table, columns, key, None, size)):
         compared += len(chunk)
         if progress is not None:
             progress(f"verifying {table.name}", compared, total)
-        for row in chunk:
-            if not pending:
-                pending = list(next(theirs, []))
-                pending.reverse()
-            mine = _comparable(_convert(row, table, columns, source.dialect, target.dialect))
-            other = _comparable(pending.pop()) if pending else None
-            if mine != other:
-                problems.append(f"{table.name} {dict(zip(columns, row))} != {other}")
+        mine = chunk if convert is None else [convert(row) for row in chunk]
+        while len(pending) < len(mine) and (more := next(theirs, None)):
+            pending = more if not pending else pending + more
+        other, pending = pending[: len(mine)], pending[len(mine) :]
+        if _same_bytes(mine, other):
+            continue
+        for row, their in itertools.zip_longest(mine, other):
+            if their is None or _comparable(row) != _comparable(their):
+                problems.append(f"{table.name} {dict(zip(columns, row))} != {their}")
                 if len(problems) >= 5:
                     return problems
     if pending or next(theirs, []):
         problems.append(f"{table.name}: the target holds rows the source does not")
     return problems
+
+
+def _same_bytes(mine: list[tuple[Any, ...]], other: list[tuple[Any, ...]]) -> bool:
+    try:
+        return marshal.dumps(mine, 2) == marshal.dumps(other, 2)  # version 2: no back-references
+    except ValueError:  # a value marshal cannot write: row by row
+        return False
 
 
 def _comparable(row: tuple[Any, ...]) -> tuple[Any, ...]:
