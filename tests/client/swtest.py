@@ -11,29 +11,16 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import stepwatch
 from stepwatch.client import Client
+from stepwatch.testing import wait_for  # the one polling helper, imported from here by these tests
 from stepwatch.testing.server import LocalServer
-
-T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], T], timeout: float = 10.0) -> T:
-    """Poll ``predicate`` until it returns something true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
-        time.sleep(0.02)
 
 
 def free_port() -> int:

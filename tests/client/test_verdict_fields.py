@@ -6,13 +6,14 @@ saying the message. A real server on loopback (its health knobs short: a hang af
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from swtest import Server
+from swtest import Server, wait_for
 
 from stepwatch.client import Client, Health, InvalidResponse, StallPlace, Straggler
 from stepwatch.client._job import job_html, jobs_html
@@ -65,16 +66,19 @@ def _ranks(http: httpx.Client, name: str, world: int) -> Callable[..., None]:
 
 
 def _until(client: Client, name: str, state: str, feed: Callable[[int], None]) -> Health:
-    deadline = time.monotonic() + 30
-    i = 0
-    while time.monotonic() < deadline:
-        feed(i)
-        i += 1
+    """Feed the job (call ``i`` at most every 0.2 s) until its health reads ``state``; that health."""
+    calls = itertools.count()
+
+    def fed_and_read() -> Health | None:
+        feed(next(calls))
         health = client.job(name, "default").health
-        if health.state == state:
-            return health
-        time.sleep(0.2)
-    raise AssertionError(f"{name} never read {state}: {client.job(name, 'default').health}")
+        return health if health.state == state else None
+
+    try:
+        health: Health = wait_for(fed_and_read, 30, f"{name} to read {state}", every=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; its health: {client.job(name, 'default').health}") from None
+    return health
 
 
 def test_a_hung_rank_and_a_straggler_are_typed_on_job_health(quick: str) -> None:

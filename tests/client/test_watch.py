@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from swtest import Proxy, Server, start_job, step_until
+from swtest import Proxy, Server, start_job, step_until, wait_for
 
 from stepwatch.client import (
     Client,
@@ -71,9 +71,7 @@ def watching(server: str, updates: Iterator[Update], before: int, timeout: float
     """A collector of ``updates``, once the server has their stream open: an update published before
     that goes to nobody (a first connection has no id to resume from), and a test would wait for it."""
     seen = Collector(updates)
-    deadline = time.monotonic() + timeout
-    while subscribers(server) <= before and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: subscribers(server) > before, timeout, "the server to open the stream")
     return seen
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from stepwatch.testing import wait_for
+
 
 def scrape(api: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     response = api.client.get("/metrics")
@@ -105,9 +107,7 @@ def test_a_real_prometheus_finds_the_job_by_job_name(tmp_path: Path) -> None:
         run = stepwatch.init(job="prom-a", namespace="vision", url=httpd.url, token=token, interval=0.1)
         run.step(40, loss=0.5)
         with Client(httpd.url) as client:  # the report has landed
-            deadline = time.monotonic() + 30
-            while client.job("prom-a", "vision").progress.step != 40 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: client.job("prom-a", "vision").progress.step == 40, 30, "the report to land")
         text = httpx.get(httpd.url + "/metrics", timeout=10).text
         checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
         assert 'job_name="prom-a"' in text and 'job="prom-a"' not in text and 'job_namespace="vision"' in text

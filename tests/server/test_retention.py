@@ -17,6 +17,7 @@ from stepwatch.server.store import PendingReport, Store, retention
 from stepwatch.server.store.retention_task import compact_now
 from stepwatch.server.store.rollups import FANOUT, compacted_floor
 from stepwatch.server.views.history import downsampled
+from stepwatch.testing import wait_for
 
 pytestmark = pytest.mark.both_stores
 
@@ -176,8 +177,6 @@ class _conn:
 def test_the_server_applies_retention_in_the_background(
     store: Store, database: Any, report: Callable[..., Report]
 ) -> None:
-    import time
-
     from starlette.testclient import TestClient
 
     from stepwatch.server.app import create_app
@@ -186,8 +185,6 @@ def test_the_server_applies_retention_in_the_background(
     shown = chart(store, job_id, 100)
     settings = ServerSettings(retention_days=1.0, retention_sweep_s=0.05)
     with TestClient(create_app(settings, store=store, clock=lambda: 1e9)):
-        deadline = time.monotonic() + 20
-        while raw(database, job_id) > FANOUT and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: raw(database, job_id) <= FANOUT, 20, "retention to compact the points")
     assert raw(database, job_id) <= FANOUT
     assert chart(store, job_id, 100) == shown
