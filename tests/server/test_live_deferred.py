@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from stepwatch.server.ingest.publish import publish_job
+from stepwatch.protocol import MetricWindow
+from stepwatch.server.ingest.publish import publish_job, publish_points
 from stepwatch.server.live.broadcaster import Broadcaster
 from stepwatch.server.store import Job
 from stepwatch.server.views.serialisers import COMPACT_METRICS, job_view
@@ -90,3 +91,21 @@ def test_the_ring_counts_a_deferred_update_by_what_it_holds_and_a_wide_job_is_wr
     assert calls == []
     publish_job(live, a_job(500, metrics=COMPACT_METRICS + 1), NOW)
     assert calls == [500]
+
+
+def test_points_nobody_reads_are_written_only_for_a_resume_and_as_at_once() -> None:
+    windows = [
+        MetricWindow(name="loss", last=2.5, min=2.0, max=3.0, mean=2.4, count=20, nonfinite=1, first_step=1,
+                     last_step=20),
+        MetricWindow(name="lr", last=3e-4, min=3e-4, max=3e-4, mean=3e-4, count=1, nonfinite=0, first_step=20,
+                     last_step=20),
+    ]  # fmt: skip
+    deferred, at_once = Broadcaster(first_id=1), Broadcaster(first_id=1)
+    at_once.relays.append(lambda update: None)
+    for live in (deferred, at_once):
+        publish_job(live, a_job(1), NOW)
+        publish_points(live, a_job(1), windows, NOW)
+    windows.clear()  # the caller's list changes after publishing: what was published does not
+    texts = resume(deferred, 1, 1)  # the points, id 2
+    assert texts == resume(at_once, 1, 1)
+    assert texts[0].startswith("id: 2\nevent: points\n") and '"loss":' in texts[0] and '"lr":' in texts[0]

@@ -42,13 +42,25 @@ _HELD_BYTES = 2400
 (the text of a compact view of 5 metrics is 1,100 bytes)..."""
 _HELD_BYTES_PER_METRIC = 150
 """...and per metric name, its latest value and window mean (two dicts of them are new at each report)."""
+_HELD_POINTS_BYTES = 300
+"""What a deferred update of points holds until it is read, about: its closure (the text of 5 windows is
+720 bytes)..."""
+_HELD_BYTES_PER_WINDOW = 500
+"""...and per window, the report's ``MetricWindow`` (the object, its dict and its floats)."""
 
 
 def publish_points(live: Broadcaster, job: Job, windows: Sequence[MetricWindow], t: float) -> None:
-    """The windows of ``job`` stored at ``t``, each as the job's history will read it back."""
+    """The windows of ``job`` stored at ``t``, each as the job's history will read it back; built when it is
+    read, as a job's update (:func:`publish_job`; a report's windows are immutable)."""
     if windows:
-        points = {w.name: window_view(w, t) for w in windows}
-        live.publish("points", job.namespace, job.name, {"attempt": job.attempt, "t": t, "points": points})
+        attempt, windows = job.attempt, tuple(windows)  # a tuple stays itself: a list is copied, it might change
+        live.publish_deferred(
+            "points",
+            job.namespace,
+            job.name,
+            lambda: {"attempt": attempt, "t": t, "points": {w.name: window_view(w, t) for w in windows}},
+            _HELD_POINTS_BYTES + _HELD_BYTES_PER_WINDOW * len(windows),
+        )
 
 
 def publish_events(live: Broadcaster, events: Iterable[Event]) -> None:
