@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import StoreError
-from .schema import BOOL, FLOAT, TABLES, TEXT, Table
+from .schema import BOOL, FLOAT, TABLES, TEXT, Table, postgres_cast
 
 __all__ = ["CopyReport", "Database", "TableCopy", "copy_database", "open_database"]
 
@@ -354,11 +354,7 @@ def _write(target: Database, table: Table, columns: list[str], rows: list[tuple[
 
 def _binary_type(table: Table, column: str) -> str:
     """The PostgreSQL type a column's values are written as, in a binary ``COPY``."""
-    declared = next(c.type for c in table.columns if c.name == column).postgres
-    for prefix, name in (("BIGINT", "int8"), ("INTEGER", "int4"), ("DOUBLE", "float8"), ("BOOLEAN", "bool")):
-        if declared.startswith(prefix):
-            return name
-    return "text"
+    return postgres_cast(next(c.type for c in table.columns if c.name == column))
 
 
 def _reset_identities(target: Database, tables: list[Table]) -> None:

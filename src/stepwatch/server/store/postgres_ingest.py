@@ -31,6 +31,7 @@ from ...protocol import Command, TrainerStatus
 from .base import Event, IngestResult, Job, MetricLimitError, PendingReport, StoreError
 from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import JOB_COLUMNS, column_value, job_from_row
+from .schema import TABLES, postgres_cast
 from .sql_store import SqlStore
 
 __all__ = ["BATCH_SQL", "INGEST_SQL", "POINTS_SQL", "PostgresIngest", "ReportFailed"]
@@ -166,11 +167,7 @@ class PostgresIngest(SqlStore):
                         results[id(item)] = self._apply(conn, item, answer, pending, changed)
             except psycopg.Error as exc:
                 raise ReportFailed from exc
-        for job_id, updates in changed.items():
-            columns = ", ".join(f"{k} = %s" for k in updates)
-            conn.execute(
-                f"UPDATE jobs SET {columns} WHERE id = %s", (*[column_value(k, v) for k, v in updates.items()], job_id)
-            )
+        _update_jobs(conn, changed)
         return [
             results.get(id(item)) or StoreError(f"the report of job {item.job.key} is not in the database")
             for item in batch
@@ -304,6 +301,47 @@ def _params(item: PendingReport) -> dict[str, Any]:
         "counts": _array(str(w.count) for w in windows),
         "nonfinites": _array(str(w.nonfinite) for w in windows),
     }
+
+
+def _update_jobs(conn: Connection, changed: dict[int, dict[str, Any]]) -> None:
+    """Write what a batch changed in its jobs' rows: one statement for the jobs whose changes are of the
+    same columns (most batches: every job's), each column an array."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for job_id, updates in changed.items():
+        if updates:
+            groups.setdefault(tuple(sorted(updates)), []).append(job_id)
+    for columns, ids in groups.items():
+        if len(ids) == 1:
+            updates = changed[ids[0]]
+            sets = ", ".join(f"{k} = %s" for k in columns)
+            conn.execute(
+                f"UPDATE jobs SET {sets} WHERE id = %s", (*[column_value(k, updates[k]) for k in columns], ids[0])
+            )
+            continue
+        sets = ", ".join(f"{k} = v.{k}::{_JOB_CASTS[k]}" for k in columns)
+        arrays = [_array(str(i) for i in ids)]
+        arrays += [_array(_literal(column_value(k, changed[i][k])) for i in ids) for k in columns]
+        unnest = ", ".join("%s::text[]" for _ in arrays)
+        conn.execute(
+            f"UPDATE jobs SET {sets} FROM unnest({unnest}) AS v (id, {', '.join(columns)}) "
+            "WHERE jobs.id = v.id::bigint",
+            arrays,
+        )
+
+
+_JOB_CASTS = {c.name: postgres_cast(c.type) for t in TABLES if t.name == "jobs" for c in t.columns}
+"""Each column of ``jobs``: the type its values are cast to from text."""
+
+
+def _literal(value: Any) -> str:
+    """A value as an element of a text array's literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value) if isinstance(value, int) else _quoted(str(value))
 
 
 def _waves(items: Sequence[PendingReport]) -> list[list[PendingReport]]:
