@@ -18,9 +18,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -35,9 +35,9 @@ from stepwatch.cli import jobs as jobs_cli
 from stepwatch.cli import watch as watch_cli
 from stepwatch.client import Client
 from stepwatch.server import ServerSettings, create_app
+from stepwatch.testing import wait_for
 from stepwatch.testing.server import ServerThread
 
-T = TypeVar("T")
 DURATION = re.compile(r"^(\d+s|\d+m\d\ds|\d+h\d\dm|\d+d\d\dh)$")
 _namespaces = itertools.count(1)
 
@@ -64,17 +64,6 @@ def ns() -> str:
     return f"t{next(_namespaces)}"
 
 
-def _wait_for(predicate: Callable[[], T], timeout: float = 5.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
-        time.sleep(0.02)
-
-
 def _job(url: str, ns: str, name: str) -> dict[str, Any]:
     with Client(url) as client:
         return client.job(name, ns).raw
@@ -93,7 +82,7 @@ def _start(url: str, ns: str, name: str, **init: Any) -> stepwatch.Run:
 
 
 def _reported(url: str, ns: str, name: str, step: int) -> dict[str, Any]:
-    return _wait_for(lambda: (v := _job(url, ns, name))["progress"]["step"] == step and v)
+    return wait_for(lambda: (v := _job(url, ns, name))["progress"]["step"] == step and v)
 
 
 def _table(text: str) -> tuple[list[str], dict[str, dict[str, str]]]:
@@ -133,7 +122,7 @@ def _board(url: str, ns: str) -> stepwatch.Run:
         _reported(url, ns, "train", step)
         time.sleep(0.1)
     train.step(1200, loss=0.4)
-    _wait_for(lambda: (v := _reported(url, ns, "train", 1200))["eta"]["remaining_seconds"] and v)
+    wait_for(lambda: (v := _reported(url, ns, "train", 1200))["eta"]["remaining_seconds"] and v)
     return train
 
 
@@ -189,7 +178,7 @@ def test_jobs_table_wide_and_json(server: str, ns: str, capsys: pytest.CaptureFi
     assert (rows["queued"]["STEPS/S"], rows["queued"]["FINISH"], rows["queued"]["LAST REPORT"]) == ("-", "-", "-")
 
     trainer.finish()  # nothing moves any more: the CLI's JSON and the API's can be compared
-    _wait_for(lambda: _job(server, ns, "train")["state"] == "finished")
+    wait_for(lambda: _job(server, ns, "train")["state"] == "finished")
     code, out, _ = _run_cli(capsys, "jobs", "--server", server, "-n", ns, "-o", "json")
     assert code == 0
     printed = json.loads(out)
@@ -250,7 +239,7 @@ def test_jobs_watch_redraws_when_piped(server: str, ns: str) -> None:
                 run.step(loss=0.5)
                 time.sleep(0.03)
             run.finish()
-            _wait_for(lambda: "finished" in out.getvalue(), timeout=5)
+            wait_for(lambda: "finished" in out.getvalue(), timeout=5)
         finally:
             stop.set()
             watcher.join(5)
@@ -313,7 +302,7 @@ def test_watch_exit_codes_for_failed_stopped_and_unknown(
     run.step(20, loss=2.0)
     _reported(server, ns, "oom", 20)
     run.finish("failed", "CUDA out of memory")
-    _wait_for(lambda: _job(server, ns, "oom")["state"] == "failed")
+    wait_for(lambda: _job(server, ns, "oom")["state"] == "failed")
     code, out, _ = _run_cli(capsys, "watch", "oom", "--server", server, "-n", ns)
     assert code == 1
     assert out.strip() == f"{ns}/oom failed: CUDA out of memory (at step 20/100, ended at 20.0%)"
@@ -321,7 +310,7 @@ def test_watch_exit_codes_for_failed_stopped_and_unknown(
     run = _start(server, ns, "halted")
     run.step(loss=1.0)
     run.finish("stopped", "KeyboardInterrupt")
-    _wait_for(lambda: _job(server, ns, "halted")["state"] == "stopped")
+    wait_for(lambda: _job(server, ns, "halted")["state"] == "stopped")
     code, out, _ = _run_cli(capsys, "watch", "halted", "--server", server, "-n", ns)
     assert code == 2
     assert out.startswith(f"{ns}/halted stopped: KeyboardInterrupt")
@@ -350,10 +339,10 @@ def test_stop_reaches_the_reporter(server: str, ns: str, capsys: pytest.CaptureF
         run.step(loss=1.0)  # the training loop goes on until it reads the command
         return run.should_stop
 
-    _wait_for(obeyed)
+    wait_for(obeyed)
     assert run.command_reason == "not learning"
     run.finish("stopped", "asked to stop")
-    _wait_for(lambda: _job(server, ns, "plateau")["state"] == "stopped")
+    wait_for(lambda: _job(server, ns, "plateau")["state"] == "stopped")
 
     code, out, err = _run_cli(capsys, "stop", "plateau", "--server", server, "-n", ns)
     assert (code, out) == (1, "")

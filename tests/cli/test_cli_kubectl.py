@@ -18,9 +18,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -32,9 +32,9 @@ import stepwatch
 from stepwatch.cli import kubectl
 from stepwatch.client import Client
 from stepwatch.server import ServerSettings, create_app
+from stepwatch.testing import wait_for
 from stepwatch.testing.server import ServerThread
 
-T = TypeVar("T")
 PLUGIN = Path(sys.executable).parent / "kubectl-stepwatch"
 _namespaces = itertools.count(1)
 
@@ -63,16 +63,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def ns() -> str:
     """A namespace of this test's own."""
     return f"kc{next(_namespaces)}"
-
-
-def _wait_for(predicate: Callable[[], T], timeout: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def _kubeconfig(path: Path, namespace: str | None, context: str = "lab", others: dict[str, str] | None = None) -> Path:
@@ -139,9 +129,9 @@ def _training(url: str, ns: str, name: str) -> stepwatch.Run:
     run = stepwatch.init(job=name, namespace=ns, url=url, token=token, interval=0.05, total_steps=1000)
     for step in (100, 150, 200):
         run.step(step, loss=1.0 / step)
-        _wait_for(lambda s=step: _job(url, ns, name)["progress"]["step"] == s)
+        wait_for(lambda s=step: _job(url, ns, name)["progress"]["step"] == s)
         time.sleep(0.1)
-    _wait_for(lambda: _job(url, ns, name)["eta"]["remaining_seconds"])
+    wait_for(lambda: _job(url, ns, name)["eta"]["remaining_seconds"])
     return run
 
 
@@ -237,10 +227,10 @@ def test_stop_reaches_the_training_loop(server: str, ns: str, tmp_path: Path) ->
         run.step(loss=0.005)  # the loop goes on until its reporter reads the command
         return run.should_stop
 
-    _wait_for(obeyed)
+    wait_for(obeyed)
     assert run.should_checkpoint
     run.finish("stopped", "asked to stop")
-    _wait_for(lambda: _job(server, ns, "plateau")["state"] == "stopped")
+    wait_for(lambda: _job(server, ns, "plateau")["state"] == "stopped")
 
     done = _plugin("stop", "plateau", "-n", ns, "--server", server)
     assert (done.returncode, done.stdout) == (1, "")

@@ -24,6 +24,8 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from stepwatch.testing import wait_for
+
 _names = itertools.count()
 
 
@@ -100,15 +102,17 @@ class LiveJob:
         response.raise_for_status()
 
     def wait(self, predicate: Any, timeout: float = 20.0) -> dict[str, Any]:
-        """Poll the job until ``predicate(job)`` holds; the last view is returned (or the test fails)."""
-        deadline = time.monotonic() + timeout
-        job = self.get()
-        while not predicate(job):
-            if time.monotonic() > deadline:
-                pytest.fail(f"job {self.name} never matched; last view: {job}")
-            time.sleep(0.1)
+        """Poll the job until ``predicate(job)`` holds; that view (or the test fails, showing the last one)."""
+
+        def matched() -> dict[str, Any] | None:
             job = self.get()
-        return job
+            return job if predicate(job) else None
+
+        try:
+            view: dict[str, Any] = wait_for(matched, timeout, f"job {self.name} to match", every=0.1)
+        except AssertionError as exc:
+            pytest.fail(f"{exc}; last view: {self.get()}")
+        return view
 
 
 @pytest.fixture

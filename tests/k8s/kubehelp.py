@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fakeapi import FakeApi
 from kubeflow_trainer_api import models as trainer_models
 
+from stepwatch import testing
 from stepwatch.protocol import format_rfc3339
 from stepwatch.server.runners.kubernetes.api import KubeApi, load_api
 from stepwatch.server.runners.kubernetes.reconcile import Config
@@ -170,15 +171,8 @@ class PodServer:
 
 
 def wait_for(what: Callable[[], Any], timeout: float = 10.0, message: str = "") -> Any:
-    """Poll until ``what()`` is truthy; its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {message or what}")
-        time.sleep(0.02)
+    """Poll until ``what()`` is truthy; its value (:func:`stepwatch.testing.wait_for`, as these tests name it)."""
+    return testing.wait_for(what, timeout, message)
 
 
 @dataclass
