@@ -31,7 +31,7 @@ from stepwatch.protocol import (
     Where,
 )
 from stepwatch.server.api.openapi import openapi_document
-from stepwatch.server.api.openapi_wire import WIRE_CLASSES, WIRE_SCHEMAS
+from stepwatch.server.api.openapi_wire import WIRE_CLASSES, wire_schemas
 from stepwatch.testing import ReportSink
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -144,7 +144,7 @@ def _edges(cls: type, name: str, schema: dict[str, Any]) -> Iterator[tuple[str, 
 @pytest.mark.parametrize("cls", WIRE_CLASSES, ids=lambda c: c.__name__)
 def test_each_bound_of_the_schema_is_the_protocols_edge(cls: type) -> None:
     probed = 0
-    for name, schema in WIRE_SCHEMAS[cls.__name__]["properties"].items():
+    for name, schema in wire_schemas()[cls.__name__]["properties"].items():
         for what, value, accepted in _edges(cls, name, schema):
             context = CONTEXT.get((cls, name, what), {})
             _agree(cls, {**BASES[cls], **context, name: value}, accepted, f"{name} {what}")
@@ -156,7 +156,7 @@ def test_each_bound_of_the_schema_is_the_protocols_edge(cls: type) -> None:
 def test_a_field_is_required_exactly_when_the_protocol_refuses_every_body_without_it(cls: type) -> None:
     """(A window's min, max and mean may be absent only when every value was non-finite: the schema, which
     cannot compare two fields, says they are optional, and its description says when.)"""
-    schema = WIRE_SCHEMAS[cls.__name__]
+    schema = wire_schemas()[cls.__name__]
     bases = [BASES[cls], *([ALL_NONFINITE] if cls is MetricWindow else [])]
     for base in bases:
         _agree(cls, base, True, "as it is")

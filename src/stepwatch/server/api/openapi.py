@@ -15,13 +15,13 @@ from ..views.serialisers import LIST_COLUMNS
 from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
 from .bodyspec import Body
 from .openapi_job import JOB_SCHEMA
-from .openapi_wire import WIRE_SCHEMAS
+from .openapi_wire import wire_schemas
 
 __all__ = ["openapi_document"]
 
 _NAME = kubernetes_name("", "").schema()
 
-_WIRE_SCHEMAS: dict[str, Any] = {
+_ERROR_SCHEMA: dict[str, Any] = {
     "Status": {
         "type": "object",
         "description": "Every error, as a Kubernetes Status object.",
@@ -36,10 +36,8 @@ _WIRE_SCHEMAS: dict[str, Any] = {
         },
         "required": ["kind", "code", "reason", "message"],
     },
-    **WIRE_SCHEMAS,
 }
-"""The one error shape, and the wire format's messages (generated from :mod:`stepwatch.protocol`'s
-dataclasses and limits: :mod:`.openapi_wire`)."""
+"""The one error shape."""
 
 _VIEW_SCHEMAS: dict[str, Any] = {
     "Job": {
@@ -187,7 +185,12 @@ def openapi_document(version: str) -> dict[str, Any]:
 
 def _components() -> dict[str, Any]:
     return {
-        "schemas": {**_WIRE_SCHEMAS, **{body.name: body.schema() for body in DECLARED}, **_VIEW_SCHEMAS},
+        "schemas": {
+            **_ERROR_SCHEMA,
+            **wire_schemas(),  # generated from the protocol's dataclasses and limits (.openapi_wire)
+            **{body.name: body.schema() for body in DECLARED},
+            **_VIEW_SCHEMAS,
+        },
         "securitySchemes": {
             "jobToken": {"type": "http", "scheme": "bearer", "description": "the job's write token"},
             "apiToken": {

@@ -4,7 +4,8 @@ Each message the protocol reads (a report, its windows, identity, progress, GPU 
 stands, the commands of the answer, Kubeflow's ``trainerStatus``) gets one schema whose property names,
 types, nullability, nesting and ``required`` come from the dataclass itself (its fields, their type hints
 and which have a default), and whose bounds come from :data:`~stepwatch.protocol.LIMITS` through the one
-table below, :data:`BOUNDS`. So a field added, renamed or retyped in the protocol shows in ``/openapi.json``
+table below, :data:`BOUNDS`; descriptions are the docstrings of the class and of its fields. So a field
+added, renamed or retyped in the protocol shows in ``/openapi.json``
 without anyone writing it twice, and ``tests/server/test_openapi_wire.py`` holds every bound of the table to
 the protocol's own checks (the edge value passes, the next one is refused), so the two cannot drift.
 
@@ -13,8 +14,13 @@ Every integer anywhere is at most ``LIMITS.max_integer`` (what the protocol chec
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
+import itertools
 import re
+import textwrap
 import types
 import typing
 from collections.abc import Mapping
@@ -39,7 +45,7 @@ from ...protocol import (
     Where,
 )
 
-__all__ = ["BOUNDS", "READ_DEFAULTS", "WIRE_CLASSES", "WIRE_SCHEMAS", "dataclass_schema"]
+__all__ = ["BOUNDS", "READ_DEFAULTS", "WIRE_CLASSES", "dataclass_schema", "wire_schemas"]
 
 WIRE_CLASSES: tuple[type, ...] = (
     MetricWindow,
@@ -218,15 +224,39 @@ def _described(cls: type) -> str:
     return re.sub(r"\s+", " ", (cls.__doc__ or "").strip())
 
 
+def _field_notes(cls: type) -> dict[str, str]:
+    """The docstrings written under a dataclass's fields (read from its source), each on one line; none
+    where the source cannot be read (a build without ``.py`` files)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    notes: dict[str, str] = {}
+    for field, after in itertools.pairwise(body):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            notes[field.target.id] = re.sub(r"\s+", " ", after.value.value.strip())
+    return notes
+
+
 def dataclass_schema(cls: type) -> dict[str, Any]:
     """The JSON schema of one of the protocol's messages, from its dataclass (see the module docstring)."""
     hints = typing.get_type_hints(cls)
+    notes = _field_notes(cls)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for field in dataclasses.fields(cls):
         name = _wire_name(cls, field.name)
         schema = _WIRE_TYPES.get((cls, field.name)) or _type_schema(hints[field.name])
         properties[name] = _bounded(schema, BOUNDS.get((cls, field.name), {}))
+        if field.name in notes and "description" not in properties[name]:
+            properties[name]["description"] = notes[field.name]
         has_default = field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
         if (
             not has_default and field.name not in READ_DEFAULTS.get(cls, ())
@@ -256,8 +286,11 @@ def _trainer_status_body() -> dict[str, Any]:
     }
 
 
-WIRE_SCHEMAS: dict[str, Any] = {
-    **{cls.__name__: dataclass_schema(cls) for cls in WIRE_CLASSES},
-    "TrainerStatusBody": _trainer_status_body(),
-}
-"""The wire format's messages, as :mod:`stepwatch.protocol` reads them, by name."""
+@functools.cache
+def wire_schemas() -> dict[str, Any]:
+    """The wire format's messages, as :mod:`stepwatch.protocol` reads them, by name (made at the first call:
+    reading the fields' docstrings from the source costs some 50 ms, which a server's start need not pay)."""
+    return {
+        **{cls.__name__: dataclass_schema(cls) for cls in WIRE_CLASSES},
+        "TrainerStatusBody": _trainer_status_body(),
+    }
