@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +41,14 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url + "/healthz", timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
+
+
 @contextmanager
 def serve(db: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
     """Run a real ``stepwatch server`` on ``db`` (with ``env`` added: its time knobs) until the block ends."""
@@ -53,16 +60,14 @@ def serve(db: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
         env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url + "/healthz", timeout=1)
-            break
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"stepwatch server did not start: {process.stderr.read()!r}") from None
-            time.sleep(0.1)
+    try:
+        wait_for(lambda: process.poll() is not None or _answers(url), 30, "the stepwatch server to answer", every=0.1)
+        started = process.poll() is None
+    except AssertionError:
+        started = False
+    if not started:
+        process.kill()
+        raise RuntimeError(f"stepwatch server did not start: {process.stderr.read()!r}")
     try:
         yield url
     finally:
