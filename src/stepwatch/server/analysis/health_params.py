@@ -65,11 +65,13 @@ class HealthParams:
     ``math.inf`` gives the plain ``min_delta`` rule."""
     noise_dof_per_block: float = 0.3
     """Degrees of freedom of the block noise per block it is measured from: the plateau test's
-    thresholds (``noise_z``, ``noise_keep_z``, ``change_z``, ``change_keep_z``) are Student-t quantiles
-    at that many degrees of freedom, not normal ones, so that a noise measured from few blocks (a first
-    window: about 30) keeps each test's error rate. 0.3: measured on normal noise, the median absolute
-    deviation of successive differences that measures it has the spread of a standard deviation with
-    0.29-0.30 x its blocks degrees of freedom (20-400 blocks). 0: normal quantiles (before)."""
+    thresholds of learning (``noise_z``, ``noise_keep_z``, over the window and over the history) are
+    Student-t quantiles at that many degrees of freedom, not normal ones, so that a noise measured from
+    few blocks (a first window: about 30) does not make a flat loss read as learning. 0.3: measured on
+    normal noise, the median absolute deviation of successive differences that measures it has the
+    spread of a standard deviation with 0.29-0.30 x its blocks degrees of freedom (20-400 blocks).
+    The drop test (``change_z``, ``change_keep_z``) keeps normal quantiles: with Student's, plateaus
+    after learning were found later on the default set (docs/health.md). 0: normal quantiles (before)."""
     plateau_window_s: float = 600.0
     """Longest plateau window: a plateau after clear learning is seen in about 1.2 windows, within
     the 15 min target."""

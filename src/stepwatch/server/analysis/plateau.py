@@ -46,7 +46,6 @@ class PlateauTest(NamedTuple):
     change_se: float | None = None  # the standard error of early - recent
     dropped: bool = False  # the recent rate fell significantly below the earlier one (the drop test's evidence)
     keeps_learning: bool | None = None  # learning with the drop test's lower threshold of a plateau being confirmed
-    dof: float = math.inf  # degrees of freedom of the noise behind ``se``: thresholds are Student-t quantiles
 
 
 class PlateauDetector:
@@ -162,7 +161,7 @@ class PlateauDetector:
         # significantly worse than at the window's start: a spike that will recover, or a rise that
         # lasts; a spike neither confirms a plateau nor counts towards one, a rise that outlasts a
         # window is not learning
-        if -test.gain >= max(2 * p.min_delta, _student(p.change_z, test.dof) * test.se):
+        if -test.gain >= max(2 * p.min_delta, p.change_z * test.se):
             self._hold_t = None
             if self._worse_t is None:
                 self._worse_t = t
@@ -263,8 +262,9 @@ class PlateauDetector:
         if lag <= 0 or m_old == 0:
             return None
         # the noise from the whole history: a steadier estimate, but from few blocks (a first window: ~30)
-        # still a noisy one: each threshold is a Student-t quantile at the estimate's degrees of freedom
-        # (a seed of health_pace.py read its noise at half its size, and its flat loss as learning)
+        # still a noisy one: the thresholds of learning are Student-t quantiles at the estimate's degrees
+        # of freedom (a seed of health_pace.py read its noise at half its size, and its flat loss as
+        # learning); the drop test keeps its normal ones (with Student's, plateaus after learning came later)
         sigma, dof = _block_noise(means[i_span:]), p.noise_dof_per_block * (len(times) - i_span) or math.inf
         unit = sign * window / abs(m_old)  # a difference of means -> relative improvement per window
         gain = (m_old - m_new) * unit / lag
@@ -301,7 +301,6 @@ class PlateauDetector:
             change_se,
             dropped,
             keeps_learning,
-            dof,
         )
 
     def _over_history(self, t: float, history: float, window: float, judged_from: float, g: _Groups) -> _History | None:
@@ -334,13 +333,13 @@ class PlateauDetector:
         )
         # a slow steady tail: improving over the history, at a rate that did not drop; near the
         # planned end a falling rate is the schedule annealing, and only a flat history counts
-        dropped = early - recent >= _student(p.change_z, g.dof) * change_se and not self._annealing()
+        dropped = early - recent >= p.change_z * change_se and not self._annealing()
         steady = long_gain >= _student(p.noise_z, g.dof) * long_se and not dropped
         if self.flat and t - history < self.flat_from[0]:
             # a plateau ends on an improvement made on it: a history that reaches back to the
             # learning before the plateau shows that learning, not a recovery
             steady = False
-        keeps = steady and (self._annealing() or early - recent < _student(p.change_keep_z, g.dof) * change_se)
+        keeps = steady and (self._annealing() or early - recent < p.change_keep_z * change_se)
         return _History(long_gain, long_se, early, recent, change_se, dropped, steady, keeps)
 
 
