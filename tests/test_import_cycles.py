@@ -136,3 +136,135 @@ def test_no_import_circle_at_all_but_the_servers_listed_ones() -> None:
 
 def test_only_the_server_may_have_listed_circles() -> None:
     assert all(m.startswith("stepwatch.server.") for circle in SERVER_CIRCLES for m in circle)
+
+
+# The server's floors, lowest first: a module of a folder (or a module at the server's root) imports only
+# from its own floor and the floors below. Why this order: ``stepwatch/server/__init__.py``.
+SERVER_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("analysis",),
+    ("store",),
+    ("views",),
+    ("live",),
+    ("notify",),
+    ("policies",),
+    ("ingest",),
+    ("services",),
+    ("runners",),
+    ("api",),
+    ("settings",),
+    ("app",),
+    ("serving", "__init__"),
+)
+
+# Imports that still go up a floor (counting every import, as the circle test does): (importer, imported)
+# -> the file that holds it and why it is there. When one goes, delete it here (the test says so); a new
+# one fails the test. The list only shrinks.
+SERVER_BACK_UP: dict[tuple[str, str], str] = {
+    ("stepwatch.server.analysis.health_monitor", "stepwatch.server.ingest.publish"): (
+        "analysis/health_monitor.py: the health monitor publishes the verdicts it sweeps; it orchestrates "
+        "(store I/O, publishing) and belongs above live/ and store/, not in pure analysis/ (H2's file: moving "
+        "it up, and publishing into live/, removes its four)"
+    ),
+    ("stepwatch.server.analysis.health_monitor", "stepwatch.server.live.broadcaster"): (
+        "analysis/health_monitor.py: the live stream it publishes on (as above)"
+    ),
+    ("stepwatch.server.analysis.health_monitor", "stepwatch.server.store"): (
+        "analysis/health_monitor.py: the jobs it reads and writes (as above)"
+    ),
+    ("stepwatch.server.analysis.health_monitor", "stepwatch.server.store.base"): (
+        "analysis/health_monitor.py: FINAL_STATES and Offload (as above; the protocol's ENDED_STATES and "
+        "store.offload's Offload are lower)"
+    ),
+    ("stepwatch.server.ingest.service", "stepwatch.server.services"): (
+        "ingest/service.py: it takes the Services bag that holds it; given its own collaborators (store, "
+        "live, progress, health, policies) it would not"
+    ),
+    ("stepwatch.server.live.broadcaster", "stepwatch.server.serving.memory"): (
+        "live/broadcaster.py: release_memory_soon after a stream closes (serving/ is the process around the app; "
+        "its memory.py is the one part live/ needs)"
+    ),
+    ("stepwatch.server.policies.enforce", "stepwatch.server.ingest.publish"): (
+        "policies/enforce.py: publish_events; publishing belongs to live/ (ingest/publish.py is H2's: moved "
+        "there, this import goes down)"
+    ),
+    ("stepwatch.server.policies.model", "stepwatch.server.api.bodyspec"): (
+        "policies/model.py: a policy's body is declared with the API's body declarations"
+    ),
+    ("stepwatch.server.runners.kubernetes.runner", "stepwatch.server.api.auth"): (
+        "runners/kubernetes/runner.py: hash_token for the token of a job it registers"
+    ),
+    ("stepwatch.server.runners.kubernetes.wiring", "stepwatch.server.settings"): (
+        "runners/kubernetes/wiring.py: the settings it starts the runner from"
+    ),
+    ("stepwatch.server.services", "stepwatch.server.api.auth"): (
+        "services.py: the Authenticator kept in the bag (services.py is H2's: the app's state could hold it "
+        "beside Services)"
+    ),
+    ("stepwatch.server.services", "stepwatch.server.api.errors"): (
+        "services.py: blocking() maps a store failure to ApiError 503/422; the mapping belongs in the app's "
+        "exception handlers (H2's file)"
+    ),
+    ("stepwatch.server.store.retention_task", "stepwatch.server.settings"): (
+        "store/retention_task.py: start() reads the retention settings"
+    ),
+}
+
+
+def _server_part(module: str) -> str | None:
+    """The folder (or root module) of the server that holds ``module``; ``__init__`` for the package itself."""
+    parts = module.split(".")
+    if parts[:2] != ["stepwatch", "server"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _floor_of() -> dict[str, int]:
+    return {part: level for level, parts in enumerate(SERVER_FLOORS) for part in parts}
+
+
+def _back_up(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Every import of a server module from a higher floor than its own."""
+    floor = _floor_of()
+    found = set()
+    for module, targets in edges.items():
+        part = _server_part(module)
+        if part is None:
+            continue
+        for target in targets:
+            other = _server_part(target)
+            if other is not None and floor[other] > floor[part]:
+                found.add((module, target))
+    return found
+
+
+def _file_of(module: str) -> str:
+    path = _modules()[module]
+    return str(path.relative_to(SRC / "stepwatch" / "server"))
+
+
+def test_every_part_of_the_server_is_on_a_floor() -> None:
+    parts = {_server_part(m) for m in _modules()} - {None}
+    floor = _floor_of()
+    assert len(floor) == sum(len(f) for f in SERVER_FLOORS), "a part is on two floors"
+    assert parts == set(floor), (
+        f"not on a floor: {sorted(parts - set(floor))}; no such part: {sorted(set(floor) - parts)}"
+    )
+
+
+def test_the_server_imports_down_its_floors_but_the_listed_ones() -> None:
+    edges = _graph(every=True)
+    found = _back_up(edges)
+    new = found - set(SERVER_BACK_UP)
+    assert not new, (
+        "imports up a floor (see SERVER_FLOORS; move what is imported down, or the importer up):\n"
+        + "\n".join(f"    {_file_of(m)}: {m} imports {t}" for m, t in sorted(new))
+    )
+    gone = set(SERVER_BACK_UP) - found
+    assert not gone, "these listed imports no longer go up: take them off SERVER_BACK_UP\n" + "\n".join(
+        f"    {m} imports {t}" for m, t in sorted(gone)
+    )
+
+
+def test_each_listed_back_up_import_says_where_and_why() -> None:
+    for (module, _target), why in SERVER_BACK_UP.items():
+        assert why.startswith(_file_of(module) + ": "), f"{module}: the reason starts with its file"
