@@ -122,9 +122,13 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
     async def reporter(i: int, seqs: range) -> None:
         name, token = jobs[i]
         path = f"/api/v1/namespaces/default/jobs/{name}/reports"
+        if opts.interval:  # paced: each job's reports that far apart, the jobs spread over the interval
+            await asyncio.sleep(opts.interval * i / opts.jobs)
         for seq in seqs:
             status, answer = await client.request("POST", path, bodies[i][seq], token)
             assert status == 200, answer
+            if opts.interval:
+                await asyncio.sleep(opts.interval)
 
     warm = min(5, per_job // 4)
     await asyncio.gather(*(reporter(i, range(warm)) for i in range(opts.jobs)))
@@ -194,6 +198,9 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=4000)
     parser.add_argument("--jobs", type=int, default=40)
     parser.add_argument("--database-url")
+    parser.add_argument(
+        "--interval", type=float, default=0.0, help="seconds between a job's reports (default: back to back)"
+    )
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--dump", metavar="PATH", help="write the merged profile there (pstats), to read its callers")
