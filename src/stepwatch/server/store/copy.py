@@ -105,10 +105,11 @@ class Database:
         return text.replace("?", "%s") if self.dialect == "postgres" else text
 
     def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cur = self.conn.execute(self.sql(text), params)
-        found: list[tuple[Any, ...]] = cur.fetchall()
-        if self.dialect == "postgres":
-            self.conn.commit()  # no transaction left open between reads (a long one holds back vacuum)
+        if self.dialect == "sqlite":
+            return list(self.conn.execute(text, params).fetchall())
+        with self.conn.cursor(binary=True) as cur:  # binary: floats read without parsing text
+            found: list[tuple[Any, ...]] = cur.execute(self.sql(text), params).fetchall()
+        self.conn.commit()  # no transaction left open between reads (a long one holds back vacuum)
         return found
 
     def close(self) -> None:
