@@ -26,11 +26,11 @@ from stepwatch.server.api.bodies import (
     STATE_CHANGE,
     TOKEN_REQUEST,
 )
-from stepwatch.server.api.bodyspec import Body, Field
 from stepwatch.server.api.request import hash_token
 from stepwatch.server.policies import PolicyError, parse_policy
 from stepwatch.server.policies.model import POLICY
 from stepwatch.server.store import AuditEntry, Store
+from stepwatch.server.views.bodyspec import Body, Field
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

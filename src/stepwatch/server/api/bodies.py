@@ -1,4 +1,4 @@
-"""The request bodies of the native API, each declared once (see :mod:`.bodyspec`): the routes read them
+"""The request bodies of the native API, each declared once (see :mod:`..views.bodyspec`): the routes read them
 with :func:`read_declared`, ``/openapi.json`` shows them (:data:`DECLARED`). A policy layer's declaration
 is :data:`..policies.model.POLICY`: settings and stored policies are read with it too.
 
@@ -16,7 +16,7 @@ from ...protocol import COMMAND_KINDS, LIMITS, validate_params
 from ..policies.model import POLICY
 from ..store import ROLES
 from ..store.access import ALL_NAMESPACES
-from .bodyspec import Body, BodyError, Field
+from ..views.bodyspec import Body, BodyError, Field
 from .errors import ApiError
 from .request import read_json
 

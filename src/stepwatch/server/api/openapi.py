@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..policies.model import POLICY
+from ..views.bodyspec import Body
 from ..views.serialisers import LIST_COLUMNS
 from .bodies import COMMAND_REQUEST, DECLARED, REGISTRATION, STATE_CHANGE, TOKEN_REQUEST, kubernetes_name
-from .bodyspec import Body
 from .openapi_job import JOB_SCHEMA
 from .openapi_wire import wire_schemas
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...protocol import LIMITS, POLICY_ACTIONS, POLICY_HEALTH_TRIGGERS, POLICY_NOTIFY_ONLY, POLICY_TRIGGERS
-from ..api.bodyspec import Body, BodyError, Field
+from ..views.bodyspec import Body, BodyError, Field
 
 __all__ = [
     "ACTIONS",

@@ -13,8 +13,11 @@ choices or pattern, and a description::
 ``read`` checks a decoded JSON body and returns every declared field's value (the default where it is
 absent or null; numbers as floats, times as Unix seconds), or raises :class:`BodyError` naming the field
 at fault with a sentence that says what it must be. The server's bodies are declared in
-:mod:`.bodies` (a policy's in :mod:`..policies.model`). The report and the Kubeflow status are not
+:mod:`..api.bodies` (a policy's in :mod:`..policies.model`). The report and the Kubeflow status are not
 declared here: they are the wire format, :mod:`stepwatch.protocol`'s, stdlib only.
+
+Here among the shapes of the wire, below the policies and the API that both declare bodies with it (a
+request's shape as :mod:`.serialisers` are an answer's); it uses only the protocol.
 """
 
 from __future__ import annotations
