@@ -9,6 +9,7 @@ PostgreSQL store swaps them for its own).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "AuditEntry",
     "audit_from_row",
     "audit_where",
+    "hash_token",
     "token_from_row",
 ]
 
@@ -32,6 +34,11 @@ ALL_NAMESPACES = "*"
 
 TOKEN_COLUMNS = "id, name, role, namespaces, created_at, created_by, expires_at, revoked_at, revoked_by"
 AUDIT_COLUMNS = "id, t, actor, action, namespace, name, reason, data"
+
+
+def hash_token(token: str) -> str:
+    """How tokens (API and job write tokens) are stored: SHA-256, never the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

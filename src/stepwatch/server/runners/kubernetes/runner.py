@@ -33,11 +33,11 @@ from typing import Any
 
 from ....protocol import Backoff, parse_rfc3339
 from ....protocol.progression import AnnotationStatus, encode_annotation
-from ...api.auth import hash_token
 from ...ingest.publish import publish_events, publish_job
 from ...ingest.service import ingest_status
 from ...services import Services, blocking
 from ...store import Event, Job, JobFilter
+from ...store.access import hash_token
 from .api import KubeApi, KubeError
 from .networkpolicy import network_policy_name
 from .objects import ANNOTATION, RuntimeSize, TrainJob, parse_trainjob, runtime_size
