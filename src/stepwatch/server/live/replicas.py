@@ -33,6 +33,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ..store import Store, StoreError
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is in the server extra
+    orjson = None  # type: ignore[assignment]
 from .broadcaster import Broadcaster, Update, encode_json
 
 if TYPE_CHECKING:
@@ -160,7 +165,7 @@ class ReplicaBridge:
         """A notification on the live channel (in the store's listening thread)."""
         if payload.startswith(self._own):
             return  # this replica's own, published here already
-        message = json.loads(payload)
+        message = _decoded(payload)
         if message.get("o") == self.origin:
             return
         if "spill" in message:
@@ -171,7 +176,7 @@ class ReplicaBridge:
                 return
             if text is None:
                 return
-            message = json.loads(text)
+            message = _decoded(text)
         updates = message.get("b", [message])  # (an older replica: one update each)
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -181,6 +186,18 @@ class ReplicaBridge:
         for message in updates:
             self.received += 1
             self._live.publish(message["k"], message["ns"], message["n"], message["d"], relayed=True)
+
+
+def _decoded(text: str) -> Any:
+    """A notification's JSON, by orjson where it can (~3x the standard parser: every other replica's
+    updates pass here); what orjson refuses (integers beyond 64 bits, bare NaN from the standard encoder
+    that :func:`.encode_json` falls back to) by the standard parser."""
+    if orjson is not None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def bridge_for(store: Store, live: Broadcaster, clock: Callable[[], float] = time.time) -> ReplicaBridge | None:
