@@ -198,9 +198,6 @@ SERVER_BACK_UP: dict[tuple[str, str], str] = {
         "services.py: blocking() maps a store failure to ApiError 503/422; the mapping belongs in the app's "
         "exception handlers (H2's file)"
     ),
-    ("stepwatch.server.store.retention_task", "stepwatch.server.settings"): (
-        "store/retention_task.py: start() reads the retention settings"
-    ),
 }
 
 

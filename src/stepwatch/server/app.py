@@ -192,7 +192,9 @@ async def _start(app: Starlette, settings: ServerSettings, services: Services, n
             services.policies.review,
         )
     )
-    retainer = retention_task.start(store, blocking, clock, settings)
+    retainer = retention_task.start(
+        store, blocking, clock, settings.retention_sweep_s, settings.retention_days, settings.quota_points
+    )
     return _Background(notifier, sweeper, retainer, kubernetes, bridge)
 
 

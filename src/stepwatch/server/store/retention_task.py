@@ -14,7 +14,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ..settings import ServerSettings
 from .base import Compaction, Store
 
 # Compaction is what a run of passes returns: named here so that ``stepwatch db compact`` needs this module only
@@ -78,11 +77,15 @@ async def sweep_forever(
 
 
 def start(
-    store: Store, offload: Offload, clock: Callable[[], float], settings: ServerSettings
+    store: Store,
+    offload: Offload,
+    clock: Callable[[], float],
+    every: float,
+    retention_days: float | None,
+    quotas: Mapping[str, int] | None,
 ) -> asyncio.Task[None] | None:
-    """The server's retention task, when its settings ask for retention or quotas."""
-    if settings.retention_days is None and not settings.quota_points:
+    """The server's retention task, when the settings ask for retention or quotas (the app passes them:
+    the settings sit floors above the store)."""
+    if retention_days is None and not quotas:
         return None
-    return asyncio.create_task(
-        sweep_forever(store, offload, clock, settings.retention_sweep_s, settings.retention_days, settings.quota_points)
-    )
+    return asyncio.create_task(sweep_forever(store, offload, clock, every, retention_days, quotas))
