@@ -187,9 +187,6 @@ SERVER_BACK_UP: dict[tuple[str, str], str] = {
         "policies/enforce.py: publish_events; publishing belongs to live/ (ingest/publish.py is H2's: moved "
         "there, this import goes down)"
     ),
-    ("stepwatch.server.runners.kubernetes.wiring", "stepwatch.server.settings"): (
-        "runners/kubernetes/wiring.py: the settings it starts the runner from"
-    ),
     ("stepwatch.server.services", "stepwatch.server.api.auth"): (
         "services.py: the Authenticator kept in the bag (services.py is H2's: the app's state could hold it "
         "beside Services)"

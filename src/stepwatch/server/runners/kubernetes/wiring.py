@@ -5,18 +5,49 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from ...services import Services
-    from ...settings import ServerSettings
     from .reconcile import Mode
 
-__all__ = ["runner_namespace", "start_kubernetes"]
+__all__ = ["KubernetesSettings", "runner_namespace", "start_kubernetes"]
 
 _log = logging.getLogger("stepwatch.server.kubernetes")
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+class KubernetesSettings(Protocol):
+    """What the Kubernetes parts read from the server's settings (``ServerSettings`` has them all; the
+    settings sit floors above the runners, so they are named here rather than imported)."""
+
+    @property
+    def k8s_runner(self) -> bool: ...
+    @property
+    def k8s_mode(self) -> str: ...
+    @property
+    def k8s_network_policy(self) -> bool: ...
+    @property
+    def k8s_namespaces(self) -> tuple[str, ...]: ...
+    @property
+    def k8s_grace_s(self) -> float: ...
+    @property
+    def k8s_delete_on_stop(self) -> bool: ...
+    @property
+    def k8s_status_interval_s(self) -> float: ...
+    @property
+    def k8s_writes_per_s(self) -> float: ...
+    @property
+    def k8s_pod_tokens(self) -> bool: ...
+    @property
+    def k8s_audience(self) -> str: ...
+    @property
+    def k8s_job_rate(self) -> float: ...
+    @property
+    def k8s_account_rate(self) -> float: ...
+    @property
+    def kubeconfig(self) -> str | None: ...
 
 
 def runner_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -32,7 +63,7 @@ def runner_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
 
 
 async def start_kubernetes(
-    app: Any, settings: ServerSettings, services: Services
+    app: Any, settings: KubernetesSettings, services: Services
 ) -> Callable[[], Awaitable[None]] | None:
     """Start the TrainJob runner and the pod-token checks the settings ask for; what stops them (or ``None``).
 
