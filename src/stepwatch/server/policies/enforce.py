@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from ...protocol import Command
@@ -20,6 +20,7 @@ from ..analysis.checkpoint import CheckpointAdvice, advise
 from ..ingest.publish import publish_events
 from ..live.broadcaster import Broadcaster
 from ..store import Event, Job, Store
+from ..store.offload import Offload
 from ..views.serialisers import cost_of, remaining_seconds
 from .decide import Decision, decide, rearmed, stopping
 from .model import DEFAULT_CHECKPOINT_COST_S, DEFAULT_MTBF_HOURS, Policy, PolicyError, parse_policy
@@ -28,7 +29,6 @@ __all__ = ["Notify", "PolicyBook", "PolicyEngine", "checkpoint_advice"]
 
 _log = logging.getLogger("stepwatch.server")
 
-Offload = Callable[..., Awaitable[Any]]
 Notify = Callable[[Job, Decision, tuple[str, ...], float], None]
 """Hands a notification about a decision (the job, the decision, the policy's targets, the time) to the
 notifier; never blocks."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from .base import Compaction, Store
+from .offload import Offload
 
 # Compaction is what a run of passes returns: named here so that ``stepwatch db compact`` needs this module only
 __all__ = ["DAY_S", "PASS_BUDGET", "Compaction", "compact_now", "start", "sweep_forever"]
@@ -24,8 +24,6 @@ _log = logging.getLogger("stepwatch.server.retention")  # its name from before i
 DAY_S = 86_400.0
 PASS_BUDGET = 20_000
 """Rows one pass deletes at most (a few hundred ms of the writer on SQLite)."""
-
-Offload = Callable[..., Awaitable[Any]]
 
 
 async def compact_now(
