@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ...protocol import ENDED_STATES
 from ..analysis.cost import Cost
-from ..store.base import FINAL_STATES, Job
+from ..store.base import Job
 from .model import HEALTH_TRIGGERS, Policy
 
 __all__ = ["Decision", "decide", "rearmed", "stopping", "unsure_stall"]
@@ -70,7 +71,7 @@ class Decision:
 
 def decide(policy: Policy, job: Job, cost: Cost, remaining: float | None, now: float) -> list[Decision]:
     """The actions the policy takes now (each trigger once; see the module docstring)."""
-    live = job.state not in FINAL_STATES
+    live = job.state not in ENDED_STATES
     being_stopped = stopping(job)
     decisions = []
     for trigger, reason in _conditions(policy, job, cost, remaining, now, live):

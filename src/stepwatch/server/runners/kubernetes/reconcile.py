@@ -33,9 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ....protocol import TrainerStatus, parse_rfc3339
+from ....protocol import ENDED_STATES, TrainerStatus, parse_rfc3339
 from ...store import Job
-from ...store.base import FINAL_STATES
 from .networkpolicy import RUNNER_NAMESPACE, network_policy
 from .objects import (
     FIELD_MANAGER,
@@ -258,12 +257,12 @@ def reconcile(o: Observed) -> list[Action]:
     """What to do about one TrainJob (see the module docstring)."""
     tj, job = o.trainjob, o.job
     if tj is None or tj.deleting:
-        if job is not None and job.state not in FINAL_STATES:
+        if job is not None and job.state not in ENDED_STATES:
             reason = o.stop.reason if o.stop and o.stop.reason else "the TrainJob was deleted"
             return [SetState("stopped", reason)]
         return []
     needs_runtime = (tj.nodes is None or tj.gpus_per_node is None) and tj.runtime_name
-    if job is None or (job.state in FINAL_STATES and tj.live and tj.live_since > (job.finished_at or 0.0)):
+    if job is None or (job.state in ENDED_STATES and tj.live and tj.live_since > (job.finished_at or 0.0)):
         if needs_runtime and o.size is None:
             return [FetchRuntime(tj.runtime_kind, tj.runtime_name, tj.namespace)]
         size = o.size or RuntimeSize()
@@ -286,7 +285,7 @@ def reconcile(o: Observed) -> list[Action]:
 
 
 def _lifecycle(o: Observed, tj: TrainJob, job: Job) -> list[Action]:
-    if job.state in FINAL_STATES:
+    if job.state in ENDED_STATES:
         return []
     if tj.phase == "finished":
         if o.stop is not None:
@@ -403,10 +402,10 @@ def _stop(o: Observed, stop: StopRequest, tj: TrainJob, job: Job, reporting: boo
         if o.config.delete_on_stop
         else Suspend(tj.resource_version, _why(stop, "suspended"))
     )
-    if not reporting or (job.state in FINAL_STATES and job.state != "stopped"):
+    if not reporting or (job.state in ENDED_STATES and job.state != "stopped"):
         return [end]  # nobody to ask for a checkpoint: stop it now
     actions: list[Action] = []
-    if stop.checkpoint_at is None and job.state not in FINAL_STATES:
+    if stop.checkpoint_at is None and job.state not in ENDED_STATES:
         actions.append(QueueCommand("checkpoint", f"before the stop: {stop.reason}" if stop.reason else "before stop"))
     deadline = stop.at + o.config.grace_s
     if o.now < deadline:
