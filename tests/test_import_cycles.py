@@ -180,8 +180,8 @@ SERVER_BACK_UP: dict[tuple[str, str], str] = {
         "live, progress, health, policies) it would not"
     ),
     ("stepwatch.server.live.broadcaster", "stepwatch.server.serving.memory"): (
-        "live/broadcaster.py: release_memory_soon after a stream closes (serving/ is the process around the app; "
-        "its memory.py is the one part live/ needs)"
+        "live/broadcaster.py: release_memory_soon after a stream closes, from its old place (moved to live/memory.py; "
+        "serving/memory.py re-exports it until this import names the new place)"
     ),
     ("stepwatch.server.policies.enforce", "stepwatch.server.ingest.publish"): (
         "policies/enforce.py: publish_events; publishing belongs to live/ (ingest/publish.py is H2's: moved "
