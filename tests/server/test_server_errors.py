@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from stepwatch.server.api.guard import SECURITY_HEADERS
-from stepwatch.server.store import Store
+from stepwatch.server.store import MetricLimitError, Store, StoreError
 
 
 def _assert_error_with_security_headers(answer: Any, code: int) -> None:
@@ -53,6 +53,29 @@ def test_a_store_that_fails_unexpectedly_is_a_500_with_every_security_header(
     monkeypatch.undo()
     again = api.client.get("/api/v1/jobs")
     assert again.status_code == 200 and again.headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "field"),
+    [
+        (StoreError("the database cannot be written: disk full"), 503, None),
+        (MetricLimitError("over 2", job_id=1), 422, "metrics"),
+    ],
+)
+def test_a_store_error_that_reaches_the_edge_is_mapped_there(
+    app: Starlette, client: Any, error: StoreError, code: int, field: str | None
+) -> None:
+    """A store call made outside ``blocking`` (which maps its own) still answers 503 / 422, not a 500."""
+
+    async def fails(request: Request) -> Response:
+        raise error
+
+    app.add_route("/store-fails", fails)
+    answer = client.get("/store-fails")
+    _assert_error_with_security_headers(answer, code)
+    assert answer.json()["message"].endswith(str(error))
+    assert answer.json().get("details", {}).get("field") == field
+    assert (answer.headers.get("retry-after") == "5") == (code == 503)
 
 
 def test_the_errors_starlette_raises_itself_carry_them_too(client: Any) -> None:

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp
 
 from .analysis import health_monitor
 from .analysis.health_monitor import HealthMonitor
-from .api.errors import ApiError, error_response, handle_api_error
+from .api.errors import ApiError, error_response, handle_api_error, handle_store_error
 from .api.guard import Guard, GuardRules
 from .api.prometheus import registry_for
 from .api.routes import access, costs, events, ingest, jobs, policies, server_info, web
@@ -99,7 +99,12 @@ def create_app(
             *server_info.routes,
             *web.routes,
         ],
-        exception_handlers={ApiError: handle_api_error, HTTPException: _http_error, Exception: _crash},
+        exception_handlers={
+            ApiError: handle_api_error,
+            StoreError: handle_store_error,
+            HTTPException: _http_error,
+            Exception: _crash,
+        },
         lifespan=_lifespan(settings, services, notifier, owned=store is None),
     )
     app.state.services = services

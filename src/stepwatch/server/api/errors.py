@@ -14,7 +14,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-__all__ = ["REASONS", "ApiError", "error_body", "error_response"]
+from ..store.base import MetricLimitError, StoreError
+
+__all__ = ["REASONS", "ApiError", "error_body", "error_response", "store_error"]
 
 REASONS: dict[int, str] = {
     400: "BadRequest",
@@ -71,3 +73,19 @@ async def handle_api_error(request: Request, exc: Exception) -> JSONResponse:
     """Exception handler for :class:`ApiError`."""
     assert isinstance(exc, ApiError)
     return error_response(exc.code, exc.message, exc.field, exc.headers)
+
+
+def store_error(exc: StoreError) -> ApiError:
+    """A store failure as the client is answered: the limit on a job's metric names is the caller's fault
+    (422, the field ``metrics``); anything else is the store's (503 with ``Retry-After``: the server stays
+    up and the client retries)."""
+    if isinstance(exc, MetricLimitError):
+        return ApiError(422, str(exc), "metrics")
+    return ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"})
+
+
+async def handle_store_error(request: Request, exc: Exception) -> JSONResponse:
+    """Exception handler for :class:`~..store.base.StoreError`: errors are mapped to HTTP at the edge, so a
+    store call made anywhere under a route answers as :func:`store_error` says."""
+    assert isinstance(exc, StoreError)
+    return await handle_api_error(request, store_error(exc))
