@@ -160,7 +160,7 @@ SERVER_FLOORS: tuple[tuple[str, ...], ...] = (
 # -> the file that holds it and why it is there. When one goes, delete it here (the test says so); a new
 # one fails the test. The list only shrinks.
 SERVER_BACK_UP: dict[tuple[str, str], str] = {
-    ("stepwatch.server.analysis.health_monitor", "stepwatch.server.ingest.publish"): (
+    ("stepwatch.server.analysis.health_monitor", "stepwatch.server.live.publish"): (
         "analysis/health_monitor.py: the health monitor publishes the verdicts it sweeps; it orchestrates "
         "(store I/O, publishing) and belongs above live/ and store/, not in pure analysis/ (H2's file: moving "
         "it up, and publishing into live/, removes its four)"
@@ -179,21 +179,9 @@ SERVER_BACK_UP: dict[tuple[str, str], str] = {
         "ingest/service.py: it takes the Services bag that holds it; given its own collaborators (store, "
         "live, progress, health, policies) it would not"
     ),
-    ("stepwatch.server.live.broadcaster", "stepwatch.server.serving.memory"): (
-        "live/broadcaster.py: release_memory_soon after a stream closes, from its old place (moved to live/memory.py; "
-        "serving/memory.py re-exports it until this import names the new place)"
-    ),
-    ("stepwatch.server.policies.enforce", "stepwatch.server.ingest.publish"): (
-        "policies/enforce.py: publish_events; publishing belongs to live/ (ingest/publish.py is H2's: moved "
-        "there, this import goes down)"
-    ),
     ("stepwatch.server.services", "stepwatch.server.api.auth"): (
         "services.py: the Authenticator kept in the bag (services.py is H2's: the app's state could hold it "
         "beside Services)"
-    ),
-    ("stepwatch.server.services", "stepwatch.server.api.errors"): (
-        "services.py: blocking() maps a store failure to ApiError 503/422; the mapping belongs in the app's "
-        "exception handlers (H2's file)"
     ),
 }
 

@@ -504,3 +504,49 @@ def test_an_open_stream_ends_when_its_token_is_revoked(store: Store, serve: Any)
         assert not reader.is_alive(), "the stream of a revoked token is still open"
         assert "event: unauthorized" in received
         assert not any(line.startswith("event: job") for line in received)  # nothing after the revocation
+
+
+def test_an_open_stream_goes_on_while_the_store_cannot_check_its_token(
+    store: Store, serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store outage is not a revocation: while the per-message check of the stream's credentials fails with a
+    store error (made to fail here, after the stream opened: the check itself is replaced), the stream goes on
+    and delivers, with no ``unauthorized`` event (it said the token was revoked when store errors were 503s)."""
+    import threading
+
+    import httpx
+
+    from stepwatch.server.api.routes import events
+    from stepwatch.server.store import StoreError
+
+    app = _app(store, time.time, auth="tokens")
+    with serve(app) as url:
+        admin_token, admin = mint_token("admin", ("*",), "root", time.time())
+        store.create_token(admin_token, hash_token(admin), AuditEntry(time.time(), "test", "token_created"))
+        job_token = httpx.post(f"{url}/api/v1/namespaces/a/jobs", json={"name": "one"}, headers=bearer(admin))
+        received: list[str] = []
+        opened, delivered = threading.Event(), threading.Event()
+
+        def listen() -> None:
+            with httpx.stream(
+                "GET", f"{url}/api/v1/events", params={"namespace": "a"}, headers=bearer(admin), timeout=20
+            ) as answer:
+                for line in answer.iter_lines():
+                    opened.set()
+                    received.append(line)
+                    if line.startswith("event: job"):
+                        delivered.set()
+                        return
+
+        reader = threading.Thread(target=listen, daemon=True)
+        reader.start()
+        assert opened.wait(10)
+
+        async def store_down(*args: Any, **kwargs: Any) -> Any:
+            raise StoreError("database is locked")
+
+        monkeypatch.setattr(events, "identify", store_down)
+        body = {"state": "running", "reason": "go"}
+        httpx.post(f"{url}/api/v1/namespaces/a/jobs/one/state", json=body, headers=bearer(job_token.json()["token"]))
+        assert delivered.wait(10), received
+        assert "event: unauthorized" not in received

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from stepwatch.protocol import MetricWindow
-from stepwatch.server.ingest.publish import publish_job, publish_points
 from stepwatch.server.live.broadcaster import Broadcaster
+from stepwatch.server.live.publish import publish_job, publish_points
 from stepwatch.server.store import Job
 from stepwatch.server.views.serialisers import COMPACT_METRICS, job_view
 
@@ -46,7 +46,7 @@ def resume(live: Broadcaster, last_event_id: int, n: int) -> list[str]:
 
 def test_an_unread_job_update_is_not_built_and_a_resume_reads_what_publishing_at_once_wrote(monkeypatch: Any) -> None:
     calls: list[int] = []
-    monkeypatch.setattr("stepwatch.server.ingest.publish.job_view", counted(calls))
+    monkeypatch.setattr("stepwatch.server.live.publish.job_view", counted(calls))
     deferred, at_once = Broadcaster(first_id=1), Broadcaster(first_id=1)
     at_once.relays.append(lambda update: None)  # a relay reads every update: written at once
     for i in range(1, 4):
@@ -61,7 +61,7 @@ def test_an_unread_job_update_is_not_built_and_a_resume_reads_what_publishing_at
 
 def test_a_subscriber_that_wants_the_job_gets_it_at_once_and_others_do_not_cost_it(monkeypatch: Any) -> None:
     calls: list[int] = []
-    monkeypatch.setattr("stepwatch.server.ingest.publish.job_view", counted(calls))
+    monkeypatch.setattr("stepwatch.server.live.publish.job_view", counted(calls))
 
     async def scenario() -> str:
         live = Broadcaster(first_id=1)
@@ -82,7 +82,7 @@ def test_the_ring_counts_a_deferred_update_by_what_it_holds_and_a_wide_job_is_wr
     monkeypatch: Any,
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr("stepwatch.server.ingest.publish.job_view", counted(calls))
+    monkeypatch.setattr("stepwatch.server.live.publish.job_view", counted(calls))
     live = Broadcaster(first_id=1, ring_bytes=64 * 1024)
     for i in range(1, 201):
         publish_job(live, a_job(i), NOW)

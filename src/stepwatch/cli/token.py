@@ -121,10 +121,11 @@ def run_create(args: argparse.Namespace) -> int:
 
 def _create_in_database(args: argparse.Namespace, namespaces: list[str], name: str) -> int:
     try:
-        from ..server.api.auth import hash_token, mint_token
+        from ..server.api.auth import mint_token
         from ..server.app import open_store
         from ..server.settings import ServerSettings
         from ..server.store import AuditEntry, StoreError
+        from ..server.store.access import hash_token
     except ImportError as exc:
         print(f"stepwatch token create --db needs the server extra ({exc.name} is missing)", file=sys.stderr)
         return 1

@@ -20,15 +20,14 @@ import anyio.to_thread
 from .analysis.cost import PriceList
 from .analysis.health_monitor import HealthMonitor
 from .api.auth import Authenticator
-from .api.errors import ApiError
 from .ingest.recent_progress import RecentProgress
 from .ingest.writer import ReportWriter
 from .live.broadcaster import Broadcaster
 from .policies import PolicyBook, PolicyEngine
-from .store import MetricLimitError, Store, StoreError
+from .store import Store
 from .views.serialisers import CompactViews
 
-__all__ = ["STORE_THREADS", "Services", "at_once", "blocking"]
+__all__ = ["STORE_THREADS", "Services", "blocking"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,8 +63,8 @@ class Services:
     """Writes native reports in batches (group commit)."""
 
     def __post_init__(self) -> None:
-        write_now = at_once(self.store.ingest_reports_nowait)  # on the loop when the store need not wait
-        self.writer = ReportWriter(self.store.ingest_reports, blocking, write_now=write_now)
+        # on the loop when the store need not wait
+        self.writer = ReportWriter(self.store.ingest_reports, blocking, write_now=self.store.ingest_reports_nowait)
         self.policies = PolicyEngine(PolicyBook(), self.store, self.live, blocking)
         self.health.metric_of = self.policies.book.metric_of
         self.store.follow_changes(self.forget)
@@ -90,31 +89,12 @@ _LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLi
 
 
 async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a store call in a worker thread; a store failure becomes 503 (the server stays up)."""
+    """Run a store call in a worker thread. A store failure raises :class:`~.store.StoreError` as it is: under a
+    route the app's exception handler answers it (503, or 422 for the limit on metric names), and the
+    background tasks that call this catch and log it."""
     loop = asyncio.get_running_loop()
     limiter = _LIMITERS.get(loop)
     if limiter is None:
         limiter = _LIMITERS[loop] = anyio.CapacityLimiter(STORE_THREADS)
     call = functools.partial(fn, *args, **kwargs)
-    try:
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
-    except StoreError as exc:
-        raise _unavailable(exc) from None
-
-
-def at_once(fn: Callable[[T], R]) -> Callable[[T], R]:
-    """A store call made on the event loop (one that never waits), with ``blocking``'s 503 on failure."""
-
-    def call(arg: T) -> R:
-        try:
-            return fn(arg)
-        except StoreError as exc:
-            raise _unavailable(exc) from None
-
-    return call
-
-
-def _unavailable(exc: StoreError) -> ApiError:
-    if isinstance(exc, MetricLimitError):  # the caller's fault, not the store's
-        return ApiError(422, str(exc), "metrics")
-    return ApiError(503, f"storage unavailable: {exc}", headers={"Retry-After": "5"})
+    return await anyio.to_thread.run_sync(call, limiter=limiter)

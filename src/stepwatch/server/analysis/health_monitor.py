@@ -22,8 +22,8 @@ from functools import lru_cache
 from typing import Any
 
 from ...protocol import GpuReading, Where
-from ..ingest.publish import publish_events, publish_job
 from ..live.broadcaster import Broadcaster
+from ..live.publish import publish_events, publish_job
 from ..store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
 from ..store.base import FINAL_STATES
 from .health import HealthParams, HealthTracker, Verdict

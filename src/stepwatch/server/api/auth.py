@@ -24,19 +24,18 @@ only the namespace (whether a job exists there is never said).
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.requests import Request
 
 from ...protocol import is_valid_name
 from ..store import ROLES, ApiToken, Store
-from ..store.access import ALL_NAMESPACES
+from ..store.access import ALL_NAMESPACES, hash_token
+from ..store.offload import Offload
 from .errors import ApiError
 
 __all__ = [
@@ -57,7 +56,6 @@ __all__ = [
 ]
 
 AUTH_MODES: tuple[str, ...] = ("none", "tokens", "proxy")
-Offload = Callable[..., Awaitable[Any]]
 TOKEN_COOKIE = "stepwatch_token"
 """The cookie the dashboard sets for its live stream (an ``EventSource`` cannot send headers); read
 only on ``GET /api/v1/events``."""
@@ -236,11 +234,6 @@ class Authenticator:
         groups = [g.strip() for g in groups_text.split(",") if g.strip()]
         grants = _grants_of([f"user:{user}", *groups], self.group_roles)
         return Identity(f"user:{user[:128]}", grants)
-
-
-def hash_token(token: str) -> str:
-    """How tokens (API and job write tokens) are stored: SHA-256, never the token itself."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _grants_of(names: Iterable[str], roles: Mapping[str, Grant]) -> tuple[Grant, ...]:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 
 from ...protocol import Command, GpuReading, Report, TrainerStatus, Where
 from ..analysis import health_monitor
+from ..live.publish import publish_events, publish_job, publish_points
 from ..services import Services, blocking
 from ..store import IngestResult, Job, PendingReport
 from ..store.base import FINAL_STATES
 from ..store.job_updates import check_metric_names
-from .publish import publish_events, publish_job, publish_points
 from .recent_progress import HORIZON_S, estimate_due, estimate_from_samples
 
 __all__ = ["Ingested", "estimate", "ingest_report", "ingest_status", "review"]

@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..serving.memory import release_memory_soon
+from .memory import release_memory_soon
 
 try:
     import orjson

@@ -10,7 +10,8 @@ published there.
 
 Sending never blocks the publisher: updates wait in a bounded queue (the oldest go first when the
 database is away) and are sent in batches, one transaction each, by a task of the event loop through
-a worker thread. A batch's updates share notifications: as many as fit in one (``{"o": origin, "b":
+a worker thread; a batch waits :data:`LINGER_S` after its first update, so that the reports of those
+milliseconds share it. A batch's updates share notifications: as many as fit in one (``{"o": origin, "b":
 [update, ...]}``), so a report's two or three updates cost every other replica one notification to
 hear, decode and hand over, not one each. Receiving happens in the store's listening thread, handed
 over to the event loop one notification at a time; a replica's own notifications come back to it too,
@@ -47,6 +48,11 @@ __all__ = ["ReplicaBridge", "bridge_for"]
 
 _log = logging.getLogger("stepwatch.server")
 
+LINGER_S = 0.01
+"""How long a first update waits for others to go with it: sending is a transaction (a pooled connection,
+a worker thread, a commit), which cost more than the rest of a report when each report's updates went
+alone (measured: 0.2 ms of server CPU a report with one replica)."""
+
 SPILL_KEEP_S = 300.0
 """How long a large update stays in the database for the other replicas to read."""
 
@@ -60,6 +66,7 @@ class ReplicaBridge:
         live: Broadcaster,
         clock: Callable[[], float] = time.time,
         max_queue: int = 10_000,
+        linger_s: float = LINGER_S,
     ) -> None:
         self._store = store
         self._live = live
@@ -69,6 +76,7 @@ class ReplicaBridge:
         """How this replica's notifications begin (``_packed`` writes them so)."""
         self._own = f'{{"o":"{self.origin}",'
         """How every notification of this replica begins, a spill's included (its store writes those so)."""
+        self._linger_s = linger_s
         self._queue: deque[str] = deque(maxlen=max_queue)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -114,6 +122,7 @@ class ReplicaBridge:
         pruned = 0.0
         while True:
             await self._wake.wait()
+            await asyncio.sleep(self._linger_s)  # the updates of the next few ms go in the same transaction
             self._wake.clear()
             try:
                 await self._send()

@@ -17,8 +17,8 @@ from typing import Any
 
 from ...protocol import Command
 from ..analysis.checkpoint import CheckpointAdvice, advise
-from ..ingest.publish import publish_events
 from ..live.broadcaster import Broadcaster
+from ..live.publish import publish_events
 from ..store import Event, Job, Store
 from ..store.offload import Offload
 from ..views.serialisers import cost_of, remaining_seconds

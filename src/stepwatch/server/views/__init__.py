@@ -4,7 +4,7 @@ derived from it at read time, a metric point, an event), the figures themselves,
 downsampled for a chart (:mod:`.history`).
 
 A package of its own rather than part of :mod:`..api`, because the API is one user among three: the live
-stream (:mod:`..ingest.publish`) and the policies (costs and ETAs in notifications) show the same shapes and
+stream (:mod:`..live.publish`) and the policies (costs and ETAs in notifications) show the same shapes and
 must not depend on the HTTP face. It uses only :mod:`..analysis` (pure), :mod:`..store` (the records) and the
 protocol. Nothing is imported here.
 """

@@ -26,12 +26,11 @@ import dataclasses
 import math
 from typing import Any, Literal
 
-from ...protocol import shown_percent
+from ...protocol import ENDED_STATES, shown_percent
 from ..analysis.cost import Cost, job_cost
 from ..store import Job
 
 __all__ = [
-    "ENDED",
     "WASTEFUL_HEALTH",
     "EtaSource",
     "cost_of",
@@ -50,7 +49,6 @@ __all__ = [
     "wasted_spans",
 ]
 
-ENDED = frozenset({"finished", "failed", "stopped"})
 WASTEFUL_HEALTH = frozenset({"stalled", "not_learning", "diverging"})
 """Health in which a job's GPU time counts as wasted (from its ``since``: for ``not_learning`` the last real
 improvement)."""
@@ -70,7 +68,7 @@ def progress_percent(job: Job) -> float | None:
     """
     if job.reported_progress is not None:
         return float(job.reported_progress)
-    ended = job.state in ENDED
+    ended = job.state in ENDED_STATES
     if job.step is not None and job.total_steps:
         # integer arithmetic: 100 * 3 / 10 must not land a hair under 30
         return shown_percent((1000 * max(job.step, 0) // job.total_steps) / 10, ended)
@@ -92,7 +90,7 @@ end (``final``: 0 once finished)."""
 
 def remaining_seconds(job: Job, now: float) -> float | None:
     """Seconds left: the last estimate counted down since it was made (``None`` once the job ended)."""
-    if job.state in ENDED:
+    if job.state in ENDED_STATES:
         return 0.0 if job.state == "finished" else None
     if job.eta_seconds is None or job.eta_at is None:
         return None
@@ -106,7 +104,7 @@ def eta_of(job: Job, now: float) -> tuple[float | None, EtaSource | None]:
     arrived), never replaced by stepwatch's own; else none while the job is stalled; else stepwatch's
     estimate; else, while stepwatch has no rate of its own, what the job reported (its report core's ETA).
     """
-    if job.state in ENDED:
+    if job.state in ENDED_STATES:
         return (0.0, "final") if job.state == "finished" else (None, None)
     posted = _posted_eta(job)
     if posted is not None:
@@ -137,7 +135,7 @@ def _counted_down(seconds: float, since: float | None, now: float) -> float:
 
 
 def _moving(job: Job) -> bool:
-    return job.state not in ENDED and job.health != "stalled"
+    return job.state not in ENDED_STATES and job.health != "stalled"
 
 
 def live_steps_per_second(job: Job) -> float | None:
@@ -265,7 +263,7 @@ def shown_cost(job: Job, now: float, remaining: float | None) -> Cost:
     """The cost a person reads (the job view's ``cost``): :func:`cost_of`, with no hourly rate once the job
     ended (it burns nothing now; what it spent stays)."""
     cost = cost_of(job, now, remaining)
-    return dataclasses.replace(cost, rate_per_hour=None) if job.state in ENDED else cost
+    return dataclasses.replace(cost, rate_per_hour=None) if job.state in ENDED_STATES else cost
 
 
 def saved_by_policy(job: Job) -> float | None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...protocol import INT32_MAX, MetricWindow, encode_float, format_rfc3339
+from ...protocol import ENDED_STATES, INT32_MAX, MetricWindow, encode_float, format_rfc3339
 from ..store import Event, Job
 from .figures import (
-    ENDED,
     WASTEFUL_HEALTH,
     EtaSource,
     cost_of,
@@ -117,7 +116,7 @@ def eta_view(job: Job, now: float) -> dict[str, Any]:
         "finish_time": now + remaining if remaining is not None else None,
         "source": source,
         "reported_seconds": job.reported_eta,
-        "estimate_seconds": None if job.state in ENDED else remaining_seconds(job, now),
+        "estimate_seconds": None if job.state in ENDED_STATES else remaining_seconds(job, now),
     }
 
 

@@ -10,6 +10,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from ...live.broadcaster import TooManyStreams
+from ...store import StoreError
 from ..auth import Identity
 from ..errors import ApiError
 from ..request import check_name, identify, require, services
@@ -62,7 +63,8 @@ def _client(request: Request, identity: Identity) -> str:
 
 async def _while_valid(request: Request, stream: AsyncIterator[str]) -> AsyncIterator[str]:
     """The stream, ended as soon as the credentials that opened it are refused (a memory lookup per message
-    while the token is valid)."""
+    while the token is valid). A store that cannot answer the check refuses nothing: the stream goes on, and
+    the next message checks again."""
     try:
         async for chunk in stream:
             try:
@@ -70,6 +72,8 @@ async def _while_valid(request: Request, stream: AsyncIterator[str]) -> AsyncIte
             except ApiError:
                 yield 'event: unauthorized\ndata: {"reason":"the token was revoked or expired"}\n\n'
                 return
+            except StoreError:
+                pass  # an outage is not a revocation
             yield chunk
     finally:
         await stream.aclose()  # type: ignore[attr-defined]

@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ....protocol import LIMITS, is_valid_metric_name
-from ...ingest.publish import publish_events, publish_job
+from ....protocol import ENDED_STATES, LIMITS, is_valid_metric_name
 from ...ingest.service import review
+from ...live.publish import publish_events, publish_job
 from ...services import blocking
 from ...store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Job, JobFilter
 from ...views.history import downsampled
@@ -196,7 +196,7 @@ async def add_command(request: Request) -> JSONResponse:
     job = await require_job(request, request.path_params["namespace"], request.path_params["name"])
     said = await read_declared(request, COMMAND_REQUEST)
     kind, reason = said["kind"], said["reason"]
-    if job.state in ("finished", "failed", "stopped"):
+    if job.state in ENDED_STATES:
         raise ApiError(409, f"job {job.key} has already {job.state}: there is nothing to {kind}", "kind")
     command, events = await blocking(
         svc.store.with_events, svc.store.add_command, job, kind, reason, svc.clock(), identity.who

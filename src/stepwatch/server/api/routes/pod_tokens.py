@@ -11,7 +11,7 @@ import secrets
 from starlette.requests import Request
 
 from ....protocol import is_valid_name
-from ...ingest.publish import publish_job
+from ...live.publish import publish_job
 from ...runners.kubernetes.tokens import PodTokenError, looks_like_jwt
 from ...services import blocking
 from ...store import Job

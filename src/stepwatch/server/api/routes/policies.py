@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...ingest.publish import publish_events
 from ...ingest.service import review
+from ...live.publish import publish_events
 from ...policies import Policy, PolicyError, parse_policy
 from ...policies.enforce import checkpoint_advice
 from ...policies.model import merge_layer

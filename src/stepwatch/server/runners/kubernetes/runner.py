@@ -33,8 +33,8 @@ from typing import Any
 
 from ....protocol import Backoff, parse_rfc3339
 from ....protocol.progression import AnnotationStatus, encode_annotation
-from ...ingest.publish import publish_events, publish_job
 from ...ingest.service import ingest_status
+from ...live.publish import publish_events, publish_job
 from ...services import Services, blocking
 from ...store import Event, Job, JobFilter
 from ...store.access import hash_token

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ...protocol import MetricWindow
-from ..live.broadcaster import Broadcaster
 from ..store import Event, Job
 from ..views.serialisers import COMPACT_METRICS, event_view, job_view, window_view
+from .broadcaster import Broadcaster
 
 __all__ = ["publish_events", "publish_job", "publish_points"]
 
