@@ -179,10 +179,6 @@ SERVER_BACK_UP: dict[tuple[str, str], str] = {
         "ingest/service.py: it takes the Services bag that holds it; given its own collaborators (store, "
         "live, progress, health, policies) it would not"
     ),
-    ("stepwatch.server.services", "stepwatch.server.api.auth"): (
-        "services.py: the Authenticator kept in the bag (services.py is H2's: the app's state could hold it "
-        "beside Services)"
-    ),
 }
 
 

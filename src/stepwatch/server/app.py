@@ -108,6 +108,7 @@ def create_app(
         lifespan=_lifespan(settings, services, notifier, owned=store is None),
     )
     app.state.services = services
+    app.state.auth = settings.authenticator()
     app.state.notifier = notifier
     app.state.prometheus = registry_for(the_store, clock, services.stats, notifier)
     app.state.settings = settings
@@ -139,7 +140,6 @@ def _services(settings: ServerSettings, store: Store, clock: Callable[[], float]
         clock=clock,
         prices=settings.price_list(),
         health=HealthMonitor(settings.health_params()),
-        auth=settings.authenticator(),
     )
 
 

@@ -19,7 +19,6 @@ import anyio.to_thread
 
 from .analysis.cost import PriceList
 from .analysis.health_monitor import HealthMonitor
-from .api.auth import Authenticator
 from .ingest.recent_progress import RecentProgress
 from .ingest.writer import ReportWriter
 from .live.broadcaster import Broadcaster
@@ -55,8 +54,6 @@ class Services:
     """Health trackers of live jobs, fed at ingest and swept for stalls."""
     prices: PriceList = field(default_factory=PriceList)
     """Default prices of a GPU hour, for jobs registered without one."""
-    auth: Authenticator = field(default_factory=Authenticator)
-    """Who requests come from (no authentication by default)."""
     policies: PolicyEngine = field(init=False)
     """The policy layers and the actions they take."""
     writer: ReportWriter = field(init=False)

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
 from ..services import Services, blocking
 from ..store import Job
-from .auth import Identity, forbidden, hash_token
+from .auth import Authenticator, Identity, forbidden, hash_token
 from .errors import ApiError
 
 try:
@@ -27,6 +27,7 @@ _LONG_INTEGER = b" " + b"0" * 19
 reach beyond 64 bits; the digits of a fraction may not)."""
 
 __all__ = [
+    "authenticator",
     "authorize",
     "bearer_token",
     "decode_json",
@@ -45,6 +46,13 @@ __all__ = [
 def services(request: Request) -> Services:
     """The services of the app serving this request."""
     found: Services = request.app.state.services
+    return found
+
+
+def authenticator(request: Request) -> Authenticator:
+    """Who requests to the app serving this one come from (its settings' authentication): kept beside the
+    services, not in them, as it is the API's own collaborator."""
+    found: Authenticator = request.app.state.auth
     return found
 
 
@@ -188,7 +196,7 @@ async def require_writer(request: Request, namespace: str, name: str, *, hide_mi
     default when authentication is on. Without authentication anyone may list the jobs, so a missing one
     is a helpful 404 there.
     """
-    hide = services(request).auth.enabled if hide_missing is None else hide_missing
+    hide = authenticator(request).enabled if hide_missing is None else hide_missing
     job = None
     if not hide or (is_valid_name(namespace) and is_valid_name(name)):
         job = await _find_job(request, namespace, name)  # 404 for an impossible name when not hiding
@@ -206,16 +214,16 @@ async def require_writer(request: Request, namespace: str, name: str, *, hide_mi
 async def identify(request: Request, *, cookie: bool = False) -> Identity:
     """The identity of the request (401 when the server needs one and it has none)."""
     svc = services(request)
-    return await svc.auth.identify(request, svc.store, svc.clock(), offload=blocking, cookie=cookie)
+    return await authenticator(request).identify(request, svc.store, svc.clock(), offload=blocking, cookie=cookie)
 
 
 async def require(request: Request, role: str, namespace: str | None = None, *, cookie: bool = False) -> Identity:
     """The request's identity when it has ``role`` in ``namespace`` (``None``: in every namespace); 401
     or 403 otherwise. Call it before looking anything up, so that a refusal says nothing of what exists."""
-    svc = services(request)
-    if not svc.auth.enabled:
-        return await svc.auth.identify(request, svc.store, 0.0, offload=blocking)
-    identity = await svc.auth.identify(request, svc.store, svc.clock(), offload=blocking, cookie=cookie)
+    svc, auth = services(request), authenticator(request)
+    if not auth.enabled:
+        return await auth.identify(request, svc.store, 0.0, offload=blocking)
+    identity = await auth.identify(request, svc.store, svc.clock(), offload=blocking, cookie=cookie)
     if not identity.allows(role, namespace):
         raise forbidden(identity, role, namespace)
     return identity

@@ -14,19 +14,18 @@ from ...store import AuditEntry
 from ..auth import mint_token
 from ..bodies import TOKEN_REQUEST, read_declared
 from ..errors import ApiError
-from ..request import check_name, hash_token, identify, require, services
+from ..request import authenticator, check_name, hash_token, identify, require, services
 
 __all__ = ["routes"]
 
 
 async def whoami(request: Request) -> JSONResponse:
     """``GET /api/v1/whoami``: the caller's identity and grants (the dashboard's login check)."""
-    svc = services(request)
     identity = await identify(request)
     return JSONResponse(
         {
             "who": identity.who,
-            "auth": svc.auth.mode,
+            "auth": authenticator(request).mode,
             "token_id": identity.token_id,
             "expires_at": identity.expires_at,
             "grants": [
@@ -54,7 +53,7 @@ async def create_token(request: Request) -> JSONResponse:
     said = await read_declared(request, TOKEN_REQUEST)
     now = svc.clock()
     expires_at = now + said["expires_in"] if said["expires_in"] is not None else None
-    if not svc.auth.enabled:
+    if not authenticator(request).enabled:
         raise ApiError(
             409,
             "this server runs without authentication, where anyone on this machine is its admin: a token made "
