@@ -220,7 +220,7 @@ class RankPlaces:
         total = sum(new.values())
         if total <= 0:
             return
-        for key in set(place.smooth) | set(new):
+        for key in sorted(set(place.smooth) | set(new)):  # sorted: the same order of keys in every process
             place.smooth[key] = (1 - a) * place.smooth.get(key, new.get(key, 0.0) / total) + a * new.get(
                 key, 0.0
             ) / total

@@ -148,5 +148,5 @@ def _median_shares(places: RankPlaces, ranks: list[int]) -> dict[str, float] | N
     found = [s for s in (places.shares(r) for r in ranks) if s]
     if not found:
         return None
-    keys = {k for s in found for k in s}
+    keys = sorted({k for s in found for k in s})  # the same order in every process (a set's depends on its hash seed)
     return {k: median(s.get(k, 0.0) for s in found) for k in keys}
