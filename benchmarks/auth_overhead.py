@@ -199,8 +199,8 @@ def authorization_step_us(calls: int) -> dict[str, float]:
 
     from stepwatch.server.api.auth import Authenticator, mint_token
     from stepwatch.server.api.request import hash_token
-    from stepwatch.server.services import blocking
     from stepwatch.server.store import AuditEntry, SQLiteStore
+    from stepwatch.server.store.offload import blocking
 
     with tempfile.TemporaryDirectory(prefix="stepwatch-auth-step-") as tmp:
         store = SQLiteStore(Path(tmp) / "step.db")

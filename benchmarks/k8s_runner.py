@@ -50,8 +50,9 @@ from stepwatch.server.runners.kubernetes.api import KubeApi, load_api  # noqa: E
 from stepwatch.server.runners.kubernetes.objects import parse_trainjob  # noqa: E402
 from stepwatch.server.runners.kubernetes.reconcile import Config, WriteStatus, reconcile  # noqa: E402
 from stepwatch.server.runners.kubernetes.runner import RunnerOptions, TrainJobRunner  # noqa: E402
-from stepwatch.server.services import Services, blocking  # noqa: E402
+from stepwatch.server.services import Services  # noqa: E402
 from stepwatch.server.store import JobFilter, SQLiteStore, Store  # noqa: E402
+from stepwatch.server.store.offload import blocking  # noqa: E402
 
 NAMESPACES = ("team-a", "team-b", "team-c", "team-d")
 

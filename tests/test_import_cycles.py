@@ -175,10 +175,6 @@ SERVER_BACK_UP: dict[tuple[str, str], str] = {
         "analysis/health_monitor.py: FINAL_STATES and Offload (as above; the protocol's ENDED_STATES and "
         "store.offload's Offload are lower)"
     ),
-    ("stepwatch.server.ingest.service", "stepwatch.server.services"): (
-        "ingest/service.py: it takes the Services bag that holds it; given its own collaborators (store, "
-        "live, progress, health, policies) it would not"
-    ),
 }
 
 

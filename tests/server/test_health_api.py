@@ -15,8 +15,8 @@ from starlette.testclient import TestClient
 
 from stepwatch.server import ServerSettings, create_app
 from stepwatch.server.analysis import health_monitor as server_health
-from stepwatch.server.services import blocking
 from stepwatch.server.store import Store
+from stepwatch.server.store.offload import blocking
 
 pytestmark = pytest.mark.both_stores
 

@@ -14,8 +14,8 @@ import pytest
 from stepwatch.server.analysis import health_monitor as server_health
 from stepwatch.server.analysis.cost import Cost
 from stepwatch.server.policies import Policy, PolicyError, decide, parse_policy, rearmed
-from stepwatch.server.services import blocking
 from stepwatch.server.store import Job
+from stepwatch.server.store.offload import blocking
 
 pytestmark = pytest.mark.both_stores
 

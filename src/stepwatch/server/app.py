@@ -33,9 +33,10 @@ from .live.broadcaster import Broadcaster
 from .notify import Notifier, parse_targets
 from .policies.alerts import DEFAULT_NOTIFY_ON, check_targets, notify_hook
 from .runners.kubernetes.wiring import start_kubernetes
-from .services import Services, blocking
+from .services import Services
 from .settings import ServerSettings
 from .store import SQLiteStore, Store, StoreError, retention_task
+from .store.offload import blocking
 
 __all__ = ["create_app", "open_store"]
 

@@ -1,21 +1,15 @@
-"""The app's collaborators (:class:`Services`) and the one way store calls leave the event loop (:func:`blocking`).
+"""The app's collaborators (:class:`Services`), kept in ``app.state.services``.
 
-Routes, the ingest service, the Kubernetes runner and the app factory all import them from here; this
-module imports none of them.
+The routes, the Kubernetes runner and the app factory take them from here; the ingest service below them reads
+the ones it uses through its own :class:`~.ingest.service.Collaborators`, which this bag satisfies.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import anyio
-import anyio.to_thread
+from typing import TypeVar
 
 from .analysis.cost import PriceList
 from .analysis.health_monitor import HealthMonitor
@@ -24,9 +18,10 @@ from .ingest.writer import ReportWriter
 from .live.broadcaster import Broadcaster
 from .policies import PolicyBook, PolicyEngine
 from .store import Store
+from .store.offload import blocking
 from .views.serialisers import CompactViews
 
-__all__ = ["STORE_THREADS", "Services", "blocking"]
+__all__ = ["Services"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,21 +72,3 @@ class Services:
         for job_id in job_ids:
             self.health.forget(job_id)
             self.progress.forget(job_id)
-
-
-STORE_THREADS = 4
-"""Worker threads for store calls: SQLite hands the GIL back on every row, so more threads only
-trade it back and forth (measured: the default 40 threads cost 4x the CPU per report of 4)."""
-_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
-
-
-async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a store call in a worker thread. A store failure raises :class:`~.store.StoreError` as it is: under a
-    route the app's exception handler answers it (503, or 422 for the limit on metric names), and the
-    background tasks that call this catch and log it."""
-    loop = asyncio.get_running_loop()
-    limiter = _LIMITERS.get(loop)
-    if limiter is None:
-        limiter = _LIMITERS[loop] = anyio.CapacityLimiter(STORE_THREADS)
-    call = functools.partial(fn, *args, **kwargs)
-    return await anyio.to_thread.run_sync(call, limiter=limiter)

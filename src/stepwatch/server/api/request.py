@@ -10,8 +10,9 @@ import anyio
 from starlette.requests import Request
 
 from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
-from ..services import Services, blocking
+from ..services import Services
 from ..store import Job
+from ..store.offload import blocking
 from .auth import Authenticator, Identity, forbidden, hash_token
 from .errors import ApiError
 

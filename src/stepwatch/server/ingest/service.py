@@ -11,24 +11,61 @@ appended: :mod:`.publish`). Routes parse, authorise and answer with what these r
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ...protocol import Command, GpuReading, Report, TrainerStatus, Where
 from ..analysis import health_monitor
+from ..live.broadcaster import Broadcaster
 from ..live.publish import publish_events, publish_job, publish_points
-from ..services import Services, blocking
-from ..store import IngestResult, Job, PendingReport
+from ..policies import PolicyEngine
+from ..store import IngestResult, Job, PendingReport, Store
 from ..store.base import FINAL_STATES
 from ..store.job_updates import check_metric_names
-from .recent_progress import HORIZON_S, estimate_due, estimate_from_samples
+from ..store.offload import blocking
+from .recent_progress import HORIZON_S, RecentProgress, estimate_due, estimate_from_samples
+from .writer import ReportWriter
 
-__all__ = ["Ingested", "estimate", "ingest_report", "ingest_status", "review"]
+__all__ = ["Collaborators", "Ingested", "estimate", "ingest_report", "ingest_status", "review"]
 
 _log = logging.getLogger("stepwatch.server")
 
 Estimate = tuple[float | None, float | None]
 """(seconds left, steps per second)."""
+
+
+class Collaborators(Protocol):
+    """What a report's trip uses, each named for its step: the app's :class:`~..services.Services` has them
+    all (a floor above this one, so it is read through this protocol rather than imported)."""
+
+    @property
+    def store(self) -> Store:
+        """Where the report is written."""
+
+    @property
+    def writer(self) -> ReportWriter:
+        """Writes native reports in batches (group commit)."""
+
+    @property
+    def progress(self) -> RecentProgress:
+        """Recent progress samples of live jobs, for their ETA."""
+
+    @property
+    def health(self) -> health_monitor.HealthMonitor:
+        """Health trackers of live jobs."""
+
+    @property
+    def policies(self) -> PolicyEngine:
+        """The policies, reviewed after health."""
+
+    @property
+    def live(self) -> Broadcaster:
+        """The live stream the trip publishes on."""
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The server's clock."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +94,7 @@ class _Reporter:
     host: str = ""
 
 
-async def ingest_report(svc: Services, job: Job, report: Report) -> Ingested:
+async def ingest_report(svc: Collaborators, job: Job, report: Report) -> Ingested:
     """Store one native report of ``job`` and let it take effect.
 
     Raises :class:`~..store.MetricLimitError` when the report would take the job over its limit on
@@ -88,7 +125,7 @@ async def ingest_report(svc: Services, job: Job, report: Report) -> Ingested:
     return Ingested(fresh, False, commands)
 
 
-async def ingest_status(svc: Services, job: Job, status: TrainerStatus, now: float) -> Job:
+async def ingest_status(svc: Collaborators, job: Job, status: TrainerStatus, now: float) -> Job:
     """Store one upstream ``trainerStatus`` of ``job``, received at ``now``, and let it take effect; the
     job as it then stands.
 
@@ -108,7 +145,7 @@ async def ingest_status(svc: Services, job: Job, status: TrainerStatus, now: flo
     return await _take_effect(svc, result, now, _Reporter(0, step, result.job.total_steps))
 
 
-async def estimate(svc: Services, job: Job, step: int, now: float, before: float | None = None) -> Estimate:
+async def estimate(svc: Collaborators, job: Job, step: int, now: float, before: float | None = None) -> Estimate:
     """A job's ETA once ``step`` at ``now`` counts, from its recent samples (read from the store once);
     ``before``: only the samples older than that count."""
     since = now - HORIZON_S
@@ -120,7 +157,7 @@ async def estimate(svc: Services, job: Job, step: int, now: float, before: float
     return estimate_from_samples(job, samples, step, now)
 
 
-async def review(svc: Services, job: Job, now: float) -> Job:
+async def review(svc: Collaborators, job: Job, now: float) -> Job:
     """Let the job's policy act; a failure is logged and costs the caller nothing (its data is stored)."""
     try:
         return await svc.policies.review(job, now)
@@ -129,7 +166,7 @@ async def review(svc: Services, job: Job, now: float) -> Job:
         return job
 
 
-async def _estimate_for(svc: Services, job: Job, report: Report, now: float) -> Estimate | None:
+async def _estimate_for(svc: Collaborators, job: Job, report: Report, now: float) -> Estimate | None:
     """The ETA to store with a report when one is due: rank 0's, with a step (its total counts)."""
     step, total = report.progress.step, report.progress.total_steps
     if report.identity.rank != 0 or step is None or not estimate_due(job, now, step, svc.progress.count(job.id)):
@@ -137,7 +174,7 @@ async def _estimate_for(svc: Services, job: Job, report: Report, now: float) -> 
     return await estimate(svc, job if total is None else job.changed(total_steps=total), step, now)
 
 
-async def _take_effect(svc: Services, result: IngestResult, written_at: float, reporter: _Reporter) -> Job:
+async def _take_effect(svc: Collaborators, result: IngestResult, written_at: float, reporter: _Reporter) -> Job:
     """What follows a stored report: its progress sample, the job's health, its policy, then the live
     stream (the job, the report's points as stored at ``written_at``, the events the trip appended; for
     a report that ended the job its points go first, so that no reader sees the end before them);

@@ -44,7 +44,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import StoreError
 from .migrations import SCHEMA_VERSION, plan, postgres_version
-from .postgres_ingest import PostgresIngest
+from .postgres_ingest import PostgresIngest, text_array
 from .postgres_notify import Listener
 from .replica_cache import changes_payload
 from .rollups import FANOUT
@@ -263,7 +263,9 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
                     assert row is not None
                     sent.append(json.dumps({"o": origin, "spill": row[0]}, separators=(",", ":")))
                 # every notification in one statement, not one each; unnest reads the array in order
-                conn.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (self.live_channel, sent))
+                conn.execute(
+                    "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (self.live_channel, text_array(sent))
+                )
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
 

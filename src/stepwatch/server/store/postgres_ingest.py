@@ -34,7 +34,7 @@ from .rows import JOB_COLUMNS, column_value, job_from_row
 from .schema import TABLES, postgres_cast
 from .sql_store import SqlStore
 
-__all__ = ["BATCH_SQL", "INGEST_SQL", "POINTS_SQL", "PostgresIngest", "ReportFailed"]
+__all__ = ["BATCH_SQL", "INGEST_SQL", "POINTS_SQL", "PostgresIngest", "ReportFailed", "text_array"]
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -399,6 +399,12 @@ def _array(items: Iterable[str]) -> str:
 
 def _float(value: float | None) -> str:
     return "NULL" if value is None else repr(value)  # repr: nan, inf and -inf, which PostgreSQL reads
+
+
+def text_array(texts: Iterable[str]) -> str:
+    """Texts as a ``text[]`` literal (psycopg's list dumper escapes each text with a regular expression
+    and a template per quote: ~9 ms for a notification's 7,000 bytes of JSON; this, ~10 us)."""
+    return _array(_quoted(text) for text in texts)
 
 
 def _int(value: int | None) -> str:

@@ -9,8 +9,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ....protocol import LIMITS
-from ...services import blocking
 from ...store import AuditEntry
+from ...store.offload import blocking
 from ..auth import mint_token
 from ..bodies import TOKEN_REQUEST, read_declared
 from ..errors import ApiError

@@ -13,8 +13,8 @@ from starlette.routing import Route
 from ....protocol import ENDED_STATES, LIMITS, is_valid_metric_name
 from ...ingest.service import review
 from ...live.publish import publish_events, publish_job
-from ...services import blocking
 from ...store import HEALTH_STATES, JOB_STATES, SORT_KEYS, Job, JobFilter
+from ...store.offload import blocking
 from ...views.history import downsampled
 from ...views.serialisers import event_view, job_view
 from ..bodies import COMMAND_REQUEST, REGISTRATION, STATE_CHANGE, read_declared

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from ....protocol import is_valid_name
 from ...live.publish import publish_job
 from ...runners.kubernetes.tokens import PodTokenError, looks_like_jwt
-from ...services import blocking
 from ...store import Job
+from ...store.offload import blocking
 from ..errors import ApiError
 from ..request import bearer_token, hash_token, services
 

@@ -19,8 +19,9 @@ from ...live.publish import publish_events
 from ...policies import Policy, PolicyError, parse_policy
 from ...policies.enforce import checkpoint_advice
 from ...policies.model import merge_layer
-from ...services import Services, blocking
+from ...services import Services
 from ...store import Job
+from ...store.offload import blocking
 from ..errors import ApiError
 from ..request import check_name, read_json, require, require_job, services
 

@@ -14,7 +14,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ....protocol import API_VERSION
-from ...services import blocking
+from ...store.offload import blocking
 from ..openapi import openapi_document
 from ..request import require, services
 

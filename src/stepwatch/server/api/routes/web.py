@@ -22,7 +22,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ...services import blocking
+from ...store.offload import blocking
 
 __all__ = ["WEB_DIR", "charting_library_path", "routes"]
 

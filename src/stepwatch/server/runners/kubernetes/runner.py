@@ -35,9 +35,10 @@ from ....protocol import Backoff, parse_rfc3339
 from ....protocol.progression import AnnotationStatus, encode_annotation
 from ...ingest.service import ingest_status
 from ...live.publish import publish_events, publish_job
-from ...services import Services, blocking
+from ...services import Services
 from ...store import Event, Job, JobFilter
 from ...store.access import hash_token
+from ...store.offload import blocking
 from .api import KubeApi, KubeError
 from .networkpolicy import network_policy_name
 from .objects import ANNOTATION, RuntimeSize, TrainJob, parse_trainjob, runtime_size
