@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from stepwatch.server import ServerSettings, create_app
-from stepwatch.server.analysis import health_monitor as server_health
+from stepwatch.server.ingest import health_monitor as server_health
 from stepwatch.server.store import Store
 from stepwatch.server.store.offload import blocking
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from stepwatch.server.analysis.health import HealthParams, HealthTracker, Verdict
-from stepwatch.server.analysis.health_monitor import HealthMonitor, second_metrics
 from stepwatch.server.analysis.plateau import PlateauTest
 from stepwatch.server.analysis.signals import EvalTrend, LearningRate, eval_direction
+from stepwatch.server.ingest.health_monitor import HealthMonitor, second_metrics
 from stepwatch.server.store import Job, SeriesColumns
 
 STEPS, EVERY, TOTAL = 8, 2.0, 12_000

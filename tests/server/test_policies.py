@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from stepwatch.server.analysis import health_monitor as server_health
 from stepwatch.server.analysis.cost import Cost
+from stepwatch.server.ingest import health_monitor as server_health
 from stepwatch.server.policies import Policy, PolicyError, decide, parse_policy, rearmed
 from stepwatch.server.store import Job
 from stepwatch.server.store.offload import blocking

@@ -16,8 +16,8 @@ import pytest
 
 from stepwatch.server.analysis.cost import Cost
 from stepwatch.server.analysis.health import HealthTracker, Verdict
-from stepwatch.server.analysis.health_monitor import final_judgement
 from stepwatch.server.analysis.stall import Reading, duration, place_words, rank_list, straggler_words
+from stepwatch.server.ingest.health_monitor import final_judgement
 from stepwatch.server.policies import decide, parse_policy
 from stepwatch.server.store import Job
 

@@ -22,12 +22,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
-from .analysis import health_monitor
-from .analysis.health_monitor import HealthMonitor
 from .api.errors import ApiError, error_response, handle_api_error, handle_store_error
 from .api.guard import Guard, GuardRules
 from .api.prometheus import registry_for
 from .api.routes import access, costs, events, ingest, jobs, policies, server_info, web
+from .ingest import health_monitor
+from .ingest.health_monitor import HealthMonitor
 from .live import replicas
 from .live.broadcaster import Broadcaster
 from .notify import Notifier, parse_targets

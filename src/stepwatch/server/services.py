@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .analysis.cost import PriceList
-from .analysis.health_monitor import HealthMonitor
+from .ingest.health_monitor import HealthMonitor
 from .ingest.recent_progress import RecentProgress
 from .ingest.writer import ReportWriter
 from .live.broadcaster import Broadcaster

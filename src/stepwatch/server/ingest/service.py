@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ...protocol import Command, GpuReading, Report, TrainerStatus, Where
-from ..analysis import health_monitor
 from ..live.broadcaster import Broadcaster
 from ..live.publish import publish_events, publish_job, publish_points
 from ..policies import PolicyEngine
@@ -24,6 +23,7 @@ from ..store import IngestResult, Job, PendingReport, Store
 from ..store.base import FINAL_STATES
 from ..store.job_updates import check_metric_names
 from ..store.offload import blocking
+from . import health_monitor
 from .recent_progress import HORIZON_S, RecentProgress, estimate_due, estimate_from_samples
 from .writer import ReportWriter
 

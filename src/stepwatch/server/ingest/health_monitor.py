@@ -19,14 +19,13 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
 
-from ...protocol import GpuReading, Where
+from ...protocol import ENDED_STATES, GpuReading, Where
+from ..analysis.health import HealthParams, HealthTracker, Verdict
 from ..live.broadcaster import Broadcaster
 from ..live.publish import publish_events, publish_job
 from ..store import Event, IngestResult, Job, JobFilter, SeriesColumns, Store
-from ..store.base import FINAL_STATES
-from .health import HealthParams, HealthTracker, Verdict
+from ..store.offload import Offload
 
 __all__ = [
     "EVAL_METRICS",
@@ -67,7 +66,6 @@ REWRITE_CALM_S = 300.0
 REPLAY_POINTS = 2000
 """Stored windows (merged when more) replayed into a tracker after a restart."""
 
-Offload = Callable[..., Awaitable[Any]]
 
 PRIMARY_METRICS = ("loss", "train_loss", "train/loss")
 """The metric health follows, the first of these a job logs (``loss`` unless the job names another)."""
@@ -276,7 +274,7 @@ class HealthMonitor:
         return None if entry is None else self._judge(job, entry[1], entry[0], now)
 
     def _judge(self, job: Job, tracker: HealthTracker, metric: str | None, now: float) -> HealthUpdate | None:
-        live = job.state not in FINAL_STATES
+        live = job.state not in ENDED_STATES
         # a job that ends stalled (a hung job the runner killed, a last report with the step still
         # standing) ended stalled: its stall is judged once more at its last report, and holds unless
         # the step moved; an ended job is never newly alarmed about its silence
@@ -423,7 +421,7 @@ async def assess(
                 activity_shares=activity_shares,
                 host=host,
             )
-        elif job.state not in FINAL_STATES:
+        elif job.state not in ENDED_STATES:
             await track(monitor, store, offload, job)
             update = monitor.judge(job, now)
         else:
