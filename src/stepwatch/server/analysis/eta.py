@@ -144,19 +144,7 @@ def estimate_eta(
     points = _clean(samples)
     start = _segment_start(points)
     segment = points[start:]
-    last_t = segment[-1][0] if segment else None
-    if now is not None and not math.isfinite(now):
-        now = None
-    if reported_at is not None and not math.isfinite(reported_at):
-        reported_at = None  # a NaN time made the aged ETA NaN
-    if now is None:
-        now = last_t if last_t is not None else reported_at
-    elif last_t is not None and now < last_t:
-        now = last_t
-    reported = reported_eta if reported_eta is not None and math.isfinite(reported_eta) and reported_eta >= 0 else None
-    if reported_at is None:
-        reported_at = last_t if last_t is not None else now
-    age = max(now - reported_at, 0.0) if now is not None and reported_at is not None else 0.0
+    now, reported, age = _clock(segment[-1][0] if segment else None, now, reported_eta, reported_at)
 
     if not segment or now is None:
         if reported is not None:
@@ -233,6 +221,30 @@ def lifetime_average_eta(
 
 
 # ------------------------------------------------------------------------------------------------
+
+
+def _clock(
+    last_t: float | None, now: float | None, reported_eta: float | None, reported_at: float | None
+) -> tuple[float | None, float | None, float]:
+    """The estimate's ``now``, the usable reported ETA and that ETA's age, from the caller's values.
+
+    ``now`` defaults to (and is never before) ``last_t``, the newest sample's time, else the time the
+    ETA was reported; the reported ETA is kept only when finite and not negative, and it was made at
+    ``reported_at`` (default: ``last_t``, else ``now``). Non-finite times count as not given.
+    """
+    if now is not None and not math.isfinite(now):
+        now = None
+    if reported_at is not None and not math.isfinite(reported_at):
+        reported_at = None  # a NaN time made the aged ETA NaN
+    if now is None:
+        now = last_t if last_t is not None else reported_at
+    elif last_t is not None and now < last_t:
+        now = last_t
+    reported = reported_eta if reported_eta is not None and math.isfinite(reported_eta) and reported_eta >= 0 else None
+    if reported_at is None:
+        reported_at = last_t if last_t is not None else now
+    age = max(now - reported_at, 0.0) if now is not None and reported_at is not None else 0.0
+    return now, reported, age
 
 
 def _own_eta(a: _Analysis, total_steps: int | None, factor: float) -> tuple[float, float, float] | None:
