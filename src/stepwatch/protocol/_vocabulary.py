@@ -10,6 +10,7 @@ __all__ = [
     "API_VERSION",
     "COMMAND_KINDS",
     "ENDED_STATES",
+    "HEALTH_STATES",
     "JOB_SORT_KEYS",
     "JOB_STATES",
     "PHASES",
@@ -32,6 +33,8 @@ JOB_STATES: Final[tuple[str, ...]] = ("pending", "running", "finished", "failed"
 """A job's lifecycle, as the API shows it (``pending`` until its first report)."""
 ENDED_STATES: Final[frozenset[str]] = frozenset({"finished", "failed", "stopped"})
 """The states a job ends in; its progress then stays its real step over its total."""
+HEALTH_STATES: Final[tuple[str, ...]] = ("healthy", "stalled", "not_learning", "diverging", "straggling", "unknown")
+"""A job's health, as the API shows it (``unknown`` until it can be judged)."""
 JOB_SORT_KEYS: Final[tuple[str, ...]] = ("name", "namespace", "state", "progress", "step", "created", "updated", "eta")
 """What job lists can be sorted by (``-`` first for descending)."""
 COMMAND_KINDS: Final[tuple[str, ...]] = ("stop", "checkpoint")

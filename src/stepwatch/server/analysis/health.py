@@ -54,6 +54,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...protocol import HEALTH_STATES
 from .divergence import Divergence
 from .downsample import WindowLike
 from .health_params import DEFAULT_HEALTH_PARAMS, HealthParams
@@ -71,9 +72,6 @@ __all__ = [
     "Verdict",
     "replay",
 ]
-
-HEALTH_STATES = ("healthy", "stalled", "not_learning", "diverging", "straggling", "unknown")
-"""Every health a job can have (the store keeps the same tuple)."""
 
 _BAD = ("diverging", "stalled", "straggling", "not_learning")
 

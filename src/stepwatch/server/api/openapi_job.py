@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...protocol import ACTIVITIES
+from ...protocol import ACTIVITIES, HEALTH_STATES
 
 __all__ = ["EVIDENCE_SCHEMA", "JOB_SCHEMA"]
 
@@ -154,7 +154,7 @@ _SPAN = {
         "span of state unknown); seconds = end - start; cost and wasted for that time (null: no price)."
     ),
     "properties": {
-        "state": {"enum": ["healthy", "stalled", "not_learning", "diverging", "straggling", "unknown"]},
+        "state": {"enum": list(HEALTH_STATES)},
         "from": _TIME,
         "to": _TIME,
         "since": _TIME,
@@ -187,7 +187,7 @@ JOB_SCHEMA: dict[str, Any] = {
         "health": {
             "type": "object",
             "properties": {
-                "state": {"enum": ["healthy", "stalled", "not_learning", "diverging", "straggling", "unknown"]},
+                "state": {"enum": list(HEALTH_STATES)},
                 "since": _TIME,
                 "evidence": EVIDENCE_SCHEMA,
             },

@@ -15,12 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from ...protocol import Command, GpuReading, Report, TrainerStatus, Where
+from ...protocol import ENDED_STATES, Command, GpuReading, Report, TrainerStatus, Where
 from ..live.broadcaster import Broadcaster
 from ..live.publish import publish_events, publish_job, publish_points
 from ..policies import PolicyEngine
 from ..store import IngestResult, Job, PendingReport, Store
-from ..store.base import FINAL_STATES
 from ..store.job_updates import check_metric_names
 from ..store.offload import blocking
 from . import health_monitor
@@ -31,8 +30,9 @@ __all__ = ["Collaborators", "Ingested", "estimate", "ingest_report", "ingest_sta
 
 _log = logging.getLogger("stepwatch.server")
 
-Estimate = tuple[float | None, float | None]
-"""(seconds left, steps per second)."""
+EtaAndRate = tuple[float | None, float | None]
+"""(seconds left, steps per second): what the trip stores of an ETA estimate (:class:`..analysis.eta.Estimate`
+holds its reasons too)."""
 
 
 class Collaborators(Protocol):
@@ -145,7 +145,7 @@ async def ingest_status(svc: Collaborators, job: Job, status: TrainerStatus, now
     return await _take_effect(svc, result, now, _Reporter(0, step, result.job.total_steps))
 
 
-async def estimate(svc: Collaborators, job: Job, step: int, now: float, before: float | None = None) -> Estimate:
+async def estimate(svc: Collaborators, job: Job, step: int, now: float, before: float | None = None) -> EtaAndRate:
     """A job's ETA once ``step`` at ``now`` counts, from its recent samples (read from the store once);
     ``before``: only the samples older than that count."""
     since = now - HORIZON_S
@@ -166,7 +166,7 @@ async def review(svc: Collaborators, job: Job, now: float) -> Job:
         return job
 
 
-async def _estimate_for(svc: Collaborators, job: Job, report: Report, now: float) -> Estimate | None:
+async def _estimate_for(svc: Collaborators, job: Job, report: Report, now: float) -> EtaAndRate | None:
     """The ETA to store with a report when one is due: rank 0's, with a step (its total counts)."""
     step, total = report.progress.step, report.progress.total_steps
     if report.identity.rank != 0 or step is None or not estimate_due(job, now, step, svc.progress.count(job.id)):
@@ -182,7 +182,7 @@ async def _take_effect(svc: Collaborators, result: IngestResult, written_at: flo
     job = result.job
     if result.sample is not None:
         svc.progress.add(job.id, result.sample)
-    ended = job.state in FINAL_STATES
+    ended = job.state in ENDED_STATES
     if ended:
         svc.progress.forget(job.id)
         # its last points before any update that says it ended (its health's, its policy's, its own): a

@@ -14,7 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from ...protocol import JOB_SORT_KEYS, JOB_STATES, Command, GpuReading, MetricWindow, Report, TrainerStatus
+from ...protocol import (
+    HEALTH_STATES,
+    JOB_SORT_KEYS,
+    JOB_STATES,
+    Command,
+    GpuReading,
+    MetricWindow,
+    Report,
+    TrainerStatus,
+)
 from .access import ApiToken, AuditEntry
 
 __all__ = [
@@ -40,7 +49,6 @@ __all__ = [
 ]
 
 SORT_KEYS: tuple[str, ...] = JOB_SORT_KEYS
-HEALTH_STATES: tuple[str, ...] = ("healthy", "stalled", "not_learning", "diverging", "straggling", "unknown")
 JobState = Literal["pending", "running", "finished", "failed", "stopped"]
 FINAL_STATES = frozenset({"finished", "failed", "stopped"})
 P = ParamSpec("P")
