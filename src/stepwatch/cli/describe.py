@@ -99,14 +99,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
         ("Source", str(view.get("source", "native"))),
     ]
     _section(out, None, lines)
-    evidence = health.get("evidence") or {}
-    health_lines = [("State", str(health.get("state") or "unknown"))]
-    if health.get("since") is not None:
-        health_lines.append(("Since", f"{clock_time(health['since'], now)} ({age(health['since'], now)} ago)"))
-    if evidence.get("message"):
-        health_lines.append(("Why", str(evidence["message"])))
-    health_lines += evidence_lines(evidence)
-    _section(out, "Health", health_lines)
+    _section(out, "Health", _health_lines(health, now))
     history = view.get("health_history") or []
     # a job that was only ever healthy (or not yet judged, the "unknown" spans between verdicts): nothing to add
     if any(span.get("state") not in ("healthy", "unknown") for span in history):
@@ -141,21 +134,7 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
                 ("Saved", _money(cost.get("saved"))),
             ],
         )
-    policy = view.get("policy") or {}
-    effective = policy.get("effective") or {}
-    set_by = policy.get("set_by") or {}
-    policy_lines = [
-        (f"On {trigger}", f"{action}" + (f" (set by the {set_by[trigger]})" if trigger in set_by else ""))
-        for trigger, action in (effective.get("on") or {}).items()
-    ]
-    policy_lines += [
-        (key.capitalize(), str(effective[key])) for key in ("budget", "dry_run", "metric") if key in effective
-    ]
-    if "deadline" in effective:
-        policy_lines.append(("Deadline", clock_time(effective["deadline"], now)))
-    for trigger, fired in (policy.get("fired") or {}).items():
-        what = ("would " if fired.get("dry_run") else "") + str(fired.get("action"))
-        policy_lines.append((f"Acted on {trigger}", f"{what} at {clock_time(fired.get('t'), now)}"))
+    policy_lines = _policy_lines(view.get("policy") or {}, now)
     if policy_lines:
         _section(out, "Policy", policy_lines)
     _metric_sections(out, view.get("metrics") or {})
@@ -163,6 +142,39 @@ def describe(view: dict[str, Any], events: list[dict[str, Any]], out: TextIO, no
     _section(out, "Params", [(k, str(v)) for k, v in sorted(params.items())])
     pending = view.get("pending_commands") or []
     _section(out, "Pending commands", [(c.get("kind", "?"), c.get("reason") or "-") for c in pending])
+    _events_section(out, events, now)
+
+
+def _health_lines(health: dict[str, Any], now: float) -> list[tuple[str, str]]:
+    """The Health section: the verdict, since when, why, and the evidence behind it."""
+    evidence = health.get("evidence") or {}
+    lines = [("State", str(health.get("state") or "unknown"))]
+    if health.get("since") is not None:
+        lines.append(("Since", f"{clock_time(health['since'], now)} ({age(health['since'], now)} ago)"))
+    if evidence.get("message"):
+        lines.append(("Why", str(evidence["message"])))
+    return lines + evidence_lines(evidence)
+
+
+def _policy_lines(policy: dict[str, Any], now: float) -> list[tuple[str, str]]:
+    """The Policy section: the effective actions (and who set each), limits, deadline, and what fired."""
+    effective = policy.get("effective") or {}
+    set_by = policy.get("set_by") or {}
+    lines = [
+        (f"On {trigger}", f"{action}" + (f" (set by the {set_by[trigger]})" if trigger in set_by else ""))
+        for trigger, action in (effective.get("on") or {}).items()
+    ]
+    lines += [(key.capitalize(), str(effective[key])) for key in ("budget", "dry_run", "metric") if key in effective]
+    if "deadline" in effective:
+        lines.append(("Deadline", clock_time(effective["deadline"], now)))
+    for trigger, fired in (policy.get("fired") or {}).items():
+        what = ("would " if fired.get("dry_run") else "") + str(fired.get("action"))
+        lines.append((f"Acted on {trigger}", f"{what} at {clock_time(fired.get('t'), now)}"))
+    return lines
+
+
+def _events_section(out: TextIO, events: list[dict[str, Any]], now: float) -> None:
+    """The Events section: one line per event, its time, kind and message (``<none>`` without any)."""
     out.write("Events:\n")
     if not events:
         out.write("  <none>\n")
