@@ -24,9 +24,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api.errors import error_body
+
+if TYPE_CHECKING:  # the mixin's base, for mypy; at run time it is mixed in by protocol_class
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _ProtocolBase
+else:
+    _ProtocolBase = object
 
 __all__ = ["LINGER_IDLE_S", "LINGER_S", "MAX_HEAD_BYTES", "protocol_class"]
 
@@ -49,6 +54,102 @@ def _head_too_large() -> bytes:
     ).encode()
 
 
+class _BoundedHead(_ProtocolBase):
+    """The bounds above, mixed into uvicorn's httptools protocol by :func:`protocol_class` (a mixin, as httptools
+    is optional: the module imports without it)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+    _head_bytes = 0
+    _linger_timer: asyncio.TimerHandle | None = None
+    _linger_until = 0.0
+    _head_timeout_s = 0.0  # set per server by protocol_class
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        if self._linger_timer is not None:
+            self._linger_more()  # the rest of a body nobody reads: dropped
+            return
+        if self._head_timer is not None:
+            # feed no more than the head may still take: if the headers end inside it, the parser
+            # says so (on_headers_complete) and what follows is the body, not counted
+            room = MAX_HEAD_BYTES - self._head_bytes
+            head, data = data[:room], data[room:]
+            self._head_bytes += len(head)
+            super().data_received(head)
+            if not data or self.transport.is_closing():
+                return
+            if self._head_timer is not None:
+                self._refuse_head()
+                return
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._await_head()
+
+    def on_headers_complete(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        if self.cycle is not None and self.cycle.more_body and not self.transport.is_closing():
+            self._linger()  # the rest of the body would be read, and thrown away, at the client's pace
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._head_timer, self._linger_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._linger_timer = None
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        if self._head_timer is None and self._linger_timer is None:
+            self._head_bytes = 0
+            self._head_timer = self.loop.call_later(
+                self._head_timeout_s,
+                self._cut,
+                f"its request headers did not arrive within {self._head_timeout_s:g} s",
+            )
+
+    def _refuse_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        _log.info("answered 431 to %s: its request headers are over 64 KiB", self.client)
+        self.transport.write(_head_too_large())
+        self._linger()
+
+    def _linger(self) -> None:
+        """Shut the writing side (the answer, then EOF, reach the client) and drop what still comes."""
+        if not self.transport.can_write_eof():  # TLS: no half-close; the answer is flushed by close()
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self.flow.resume_reading()
+        self._linger_until = self.loop.time() + LINGER_S
+        self._linger_more()
+
+    def _linger_more(self) -> None:
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+        at = min(self.loop.time() + LINGER_IDLE_S, self._linger_until)
+        self._linger_timer = self.loop.call_at(at, self._cut, "")
+
+    def _cut(self, why: str) -> None:
+        self._head_timer = None
+        self._linger_timer = None
+        if not self.transport.is_closing():
+            if why:
+                _log.info("closed the connection of %s: %s", self.client, why)
+            self.transport.close()
+
+
 def protocol_class(head_timeout_s: float) -> Any:
     """uvicorn's httptools protocol with the bounds above, for ``uvicorn.run(http=...)``; ``"auto"``
     (uvicorn's own choice, with a warning) when httptools is not installed."""
@@ -58,93 +159,7 @@ def protocol_class(head_timeout_s: float) -> Any:
         _log.warning("httptools is not installed: slow clients are not cut off (pip install 'uvicorn[standard]')")
         return "auto"
 
-    class BoundedHeadProtocol(HttpToolsProtocol):
-        _head_timer: asyncio.TimerHandle | None = None
-        _head_bytes = 0
-        _linger_timer: asyncio.TimerHandle | None = None
-        _linger_until = 0.0
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._await_head()
-
-        def data_received(self, data: bytes) -> None:
-            if self._linger_timer is not None:
-                self._linger_more()  # the rest of a body nobody reads: dropped
-                return
-            if self._head_timer is not None:
-                # feed no more than the head may still take: if the headers end inside it, the parser
-                # says so (on_headers_complete) and what follows is the body, not counted
-                room = MAX_HEAD_BYTES - self._head_bytes
-                head, data = data[:room], data[room:]
-                self._head_bytes += len(head)
-                super().data_received(head)
-                if not data or self.transport.is_closing():
-                    return
-                if self._head_timer is not None:
-                    self._refuse_head()
-                    return
-            super().data_received(data)
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._await_head()
-
-        def on_headers_complete(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-            super().on_headers_complete()
-
-        def on_response_complete(self) -> None:
-            if self.cycle is not None and self.cycle.more_body and not self.transport.is_closing():
-                self._linger()  # the rest of the body would be read, and thrown away, at the client's pace
-            super().on_response_complete()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            for timer in (self._head_timer, self._linger_timer):
-                if timer is not None:
-                    timer.cancel()
-            self._head_timer = self._linger_timer = None
-            super().connection_lost(exc)
-
-        def _await_head(self) -> None:
-            if self._head_timer is None and self._linger_timer is None:
-                self._head_bytes = 0
-                self._head_timer = self.loop.call_later(
-                    head_timeout_s, self._cut, f"its request headers did not arrive within {head_timeout_s:g} s"
-                )
-
-        def _refuse_head(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-            _log.info("answered 431 to %s: its request headers are over 64 KiB", self.client)
-            self.transport.write(_head_too_large())
-            self._linger()
-
-        def _linger(self) -> None:
-            """Shut the writing side (the answer, then EOF, reach the client) and drop what still comes."""
-            if not self.transport.can_write_eof():  # TLS: no half-close; the answer is flushed by close()
-                self.transport.close()
-                return
-            self.transport.write_eof()
-            self.flow.resume_reading()
-            self._linger_until = self.loop.time() + LINGER_S
-            self._linger_more()
-
-        def _linger_more(self) -> None:
-            if self._linger_timer is not None:
-                self._linger_timer.cancel()
-            at = min(self.loop.time() + LINGER_IDLE_S, self._linger_until)
-            self._linger_timer = self.loop.call_at(at, self._cut, "")
-
-        def _cut(self, why: str) -> None:
-            self._head_timer = None
-            self._linger_timer = None
-            if not self.transport.is_closing():
-                if why:
-                    _log.info("closed the connection of %s: %s", self.client, why)
-                self.transport.close()
+    class BoundedHeadProtocol(_BoundedHead, HttpToolsProtocol):
+        _head_timeout_s = head_timeout_s
 
     return BoundedHeadProtocol
