@@ -306,6 +306,34 @@ def hang_forever() -> None:
         time.sleep(1.0)
 
 
+def _hyperparameters(config: Config, seed: int) -> dict[str, object]:
+    """The params a job reports at init: its scenario's recipe, the model, the data and the seed."""
+    return {
+        "lr": config.lr,
+        "batch_size": BATCH_SIZE,
+        "hidden": HIDDEN,
+        "optimizer": config.optimizer,
+        "schedule": config.schedule,
+        "grad_clip": config.clip if config.clip is not None else "none",
+        "scenario": config.scenario,
+        "seed": seed,
+        "samples": N_SAMPLES,
+        "features": N_FEATURES,
+        "positive_rate": POSITIVE_RATE,
+        "eval_recall_target": RECALL_TARGET,
+    }
+
+
+def _clip_gradients(grads: dict[str, Array], clip: float | None) -> tuple[float, dict[str, Array]]:
+    """The global gradient norm (squares summed in float64) and the gradients, scaled down to norm ``clip`` when
+    over it (unchanged without a clip: ``diverge`` has none)."""
+    grad_norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
+    if clip is not None and grad_norm > clip:
+        scale = np.float32(clip / grad_norm)
+        grads = {k: g * scale for k, g in grads.items()}
+    return grad_norm, grads
+
+
 def train(args: argparse.Namespace) -> int:
     config = config_for(args.scenario)
     data = make_data(args.seed)
@@ -322,20 +350,7 @@ def train(args: argparse.Namespace) -> int:
         total_steps=total,
         total_epochs=round(total / steps_per_epoch, 3),
         batch_size=BATCH_SIZE,
-        params={
-            "lr": config.lr,
-            "batch_size": BATCH_SIZE,
-            "hidden": HIDDEN,
-            "optimizer": config.optimizer,
-            "schedule": config.schedule,
-            "grad_clip": config.clip if config.clip is not None else "none",
-            "scenario": args.scenario,
-            "seed": args.seed,
-            "samples": N_SAMPLES,
-            "features": N_FEATURES,
-            "positive_rate": POSITIVE_RATE,
-            "eval_recall_target": RECALL_TARGET,
-        },
+        params=_hyperparameters(config, args.seed),
     )
     job = run.job
     checkpoint_dir: str | None = args.checkpoint_dir
@@ -356,10 +371,7 @@ def train(args: argparse.Namespace) -> int:
                 order = rng.permutation(len(data.y_train))
             batch = order[position * BATCH_SIZE : (position + 1) * BATCH_SIZE]
             loss, grads = model.loss_and_grads(data.x_train[batch], data.y_train[batch])
-            grad_norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
-            if config.clip is not None and grad_norm > config.clip:
-                scale = np.float32(config.clip / grad_norm)
-                grads = {k: g * scale for k, g in grads.items()}
+            grad_norm, grads = _clip_gradients(grads, config.clip)
             lr = config.learning_rate(step, total)
             optimizer.update(model.params, grads, lr)
             run.step(loss=loss, grad_norm=grad_norm, learning_rate=lr)
