@@ -13,7 +13,8 @@ from stepwatch.client import Job
 from stepwatch.server.analysis.cost import wasted_seconds
 from stepwatch.server.store import Store
 from stepwatch.server.store.health_history import MAX_SPANS, next_history
-from stepwatch.server.views.serialisers import cost_of, health_history_view
+from stepwatch.server.views.figures import cost_of
+from stepwatch.server.views.serialisers import health_history_view
 
 MakeReport = Callable[..., dict[str, Any]]
 pytestmark = pytest.mark.both_stores

@@ -18,8 +18,20 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Cost", "CostTotals", "PriceList", "job_cost", "parse_prices", "totals", "wasted_seconds"]
+__all__ = [
+    "WASTEFUL_HEALTH",
+    "Cost",
+    "CostTotals",
+    "PriceList",
+    "job_cost",
+    "parse_prices",
+    "totals",
+    "wasted_seconds",
+]
 
+WASTEFUL_HEALTH = frozenset({"stalled", "not_learning", "diverging"})
+"""Health in which a job's GPU time counts as wasted (from its ``since``: for ``not_learning`` the last real
+improvement)."""
 _HOUR = 3600.0
 
 

@@ -26,8 +26,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..analysis.cost import Cost, totals
 from ..notify import Notifier
 from ..store import HEALTH_STATES, Job, JobFilter, Store
-from ..views.figures import live_steps_per_second
-from ..views.serialisers import cost_of, eta_of, progress_percent, remaining_seconds
+from ..views.figures import cost_of, eta_of, live_steps_per_second, progress_percent, remaining_seconds
 
 __all__ = ["JOB_LABEL", "NAMESPACE_LABEL", "JobsCollector", "registry_for"]
 

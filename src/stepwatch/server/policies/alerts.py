@@ -8,7 +8,7 @@ from typing import Any
 
 from ..notify import Notification, Notifier, NotifyTarget, TargetRules, check_target, parse_targets
 from ..store import Job
-from ..views.serialisers import cost_of, remaining_seconds
+from ..views.figures import cost_of, remaining_seconds
 from .decide import Decision
 from .enforce import Notify
 from .model import HEALTH_TRIGGERS, PolicyError

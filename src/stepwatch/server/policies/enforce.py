@@ -21,7 +21,7 @@ from ..live.broadcaster import Broadcaster
 from ..live.publish import publish_events
 from ..store import Event, Job, Store
 from ..store.offload import Offload
-from ..views.serialisers import cost_of, remaining_seconds
+from ..views.figures import cost_of, remaining_seconds
 from .decide import Decision, decide, rearmed, stopping
 from .model import DEFAULT_CHECKPOINT_COST_S, DEFAULT_MTBF_HOURS, Policy, PolicyError, parse_policy
 

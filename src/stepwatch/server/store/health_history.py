@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.cost import WASTEFUL_HEALTH
+
 __all__ = ["MAX_SPANS", "next_history"]
 
 MAX_SPANS = 500
 """Spans kept per job: past it the oldest spans without waste (healthy, straggling) go first."""
-
-_WASTEFUL = frozenset({"stalled", "not_learning", "diverging"})
 
 
 def _span(state: str, since: float | None, start: float, evidence: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +73,6 @@ def next_history(
     if state != "unknown":
         spans.append(_span(state, since, now, evidence))
     while len(spans) > MAX_SPANS:
-        cheap = next((i for i, s in enumerate(spans[:-1]) if s.get("state") not in _WASTEFUL), 0)
+        cheap = next((i for i, s in enumerate(spans[:-1]) if s.get("state") not in WASTEFUL_HEALTH), 0)
         del spans[cheap]
     return spans

@@ -27,7 +27,7 @@ import math
 from typing import Any, Literal
 
 from ...protocol import ENDED_STATES, shown_percent
-from ..analysis.cost import Cost, job_cost
+from ..analysis.cost import WASTEFUL_HEALTH, Cost, job_cost
 from ..store import Job
 
 __all__ = [
@@ -49,9 +49,6 @@ __all__ = [
     "wasted_spans",
 ]
 
-WASTEFUL_HEALTH = frozenset({"stalled", "not_learning", "diverging"})
-"""Health in which a job's GPU time counts as wasted (from its ``since``: for ``not_learning`` the last real
-improvement)."""
 _HOUR = 3600.0
 
 

@@ -11,8 +11,6 @@ from ...protocol import ENDED_STATES, INT32_MAX, MetricWindow, encode_float, for
 from ..store import Event, Job
 from .figures import (
     WASTEFUL_HEALTH,
-    EtaSource,
-    cost_of,
     eta_of,
     health_timeline,
     hourly_rate,
@@ -24,29 +22,20 @@ from .figures import (
     saved_by_policy,
     shown_cost,
     span_cost,
-    wasted_spans,
 )
 
 __all__ = [
     "COMPACT_METRICS",
     "LIST_COLUMNS",
-    "WASTEFUL_HEALTH",
     "CompactViews",
-    "EtaSource",
-    "cost_of",
     "cost_view",
-    "eta_of",
     "eta_view",
     "event_view",
     "health_history_view",
     "job_view",
     "json_float",
     "point_view",
-    "progress_percent",
-    "remaining_seconds",
-    "saved_by_policy",
     "trainer_status_view",
-    "wasted_spans",
     "window_view",
 ]
 # The figures (progress, ETA, rates, cost, waste) live in .figures; they are named here too for the modules

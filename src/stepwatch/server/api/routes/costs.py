@@ -12,7 +12,7 @@ from starlette.routing import Route
 from ...analysis.cost import Cost, CostTotals, totals
 from ...store import Job, JobFilter
 from ...store.offload import blocking
-from ...views.serialisers import cost_of, remaining_seconds, saved_by_policy
+from ...views.figures import cost_of, remaining_seconds, saved_by_policy
 from ..errors import ApiError
 from ..request import check_name, identify, require, services
 

@@ -25,7 +25,8 @@ from ....protocol.progression import (
     is_eval_metric,
 )
 from ...store import Job
-from ...views.serialisers import eta_of, progress_percent, trainer_status_view
+from ...views.figures import eta_of, progress_percent
+from ...views.serialisers import trainer_status_view
 
 __all__ = [
     "ANNOTATION",
