@@ -50,7 +50,6 @@ __all__ = [
 
 SORT_KEYS: tuple[str, ...] = JOB_SORT_KEYS
 JobState = Literal["pending", "running", "finished", "failed", "stopped"]
-FINAL_STATES = frozenset({"finished", "failed", "stopped"})
 P = ParamSpec("P")
 T = TypeVar("T")
 

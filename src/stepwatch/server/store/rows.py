@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from typing import Any
 
 from ...protocol import decode_float, encode_float
 from .base import Job
+from .schema import JSON, TABLES
 
-__all__ = ["JOB_COLUMNS", "column_value", "job_from_row", "load_float", "store_float"]
+__all__ = ["JOB_COLUMNS", "JOB_NAMES", "column_value", "job_from_row", "load_float", "store_float"]
 
-JOB_COLUMNS = (
-    "id, namespace, name, attempt, state, created_at, updated_at, started_at, finished_at, last_report_at, "
-    "step, total_steps, epoch, total_epochs, samples, steps_per_second, samples_per_second, reported_eta, "
-    "reported_progress, reason, exit_code, source, gpus, gpu_hour_cost, world_size, params, last_metrics, "
-    "nonfinite_total, eta_seconds, eta_rate, eta_at, health, health_since, health_evidence, policy, policy_fired, "
-    "gpu_type, trainer_status, health_history, metric_means"
-)
+_JOB_TABLE = next(table for table in TABLES if table.name == "jobs")
+JOB_NAMES: tuple[str, ...] = tuple(c.name for c in _JOB_TABLE.columns if c.name in {f.name for f in fields(Job)})
+"""The job table's columns a :class:`~.base.Job` holds (all but the token's hash), in the schema's order: read
+from the one declaration of the schema, so that a column added there is read here too."""
+JOB_COLUMNS = ", ".join(JOB_NAMES)
+""":data:`JOB_NAMES` as a ``SELECT`` list, the row :func:`job_from_row` reads."""
+_JSON_NAMES = tuple(c.name for c in _JOB_TABLE.columns if c.type is JSON and c.name in JOB_NAMES)
+_METRIC_NAMES = ("last_metrics", "metric_means")
+"""JSON dicts of metric values, their non-finite values written as strings."""
 
 
 def store_float(value: float) -> float | str:
@@ -37,91 +41,15 @@ def load_float(value: Any) -> float:
 
 
 def job_from_row(row: tuple[Any, ...]) -> Job:
-    """A job from a row of :data:`JOB_COLUMNS`."""
-    (
-        job_id,
-        namespace,
-        name,
-        attempt,
-        state,
-        created_at,
-        updated_at,
-        started_at,
-        finished_at,
-        last_report_at,
-        step,
-        total_steps,
-        epoch,
-        total_epochs,
-        samples,
-        steps_per_second,
-        samples_per_second,
-        reported_eta,
-        reported_progress,
-        reason,
-        exit_code,
-        source,
-        gpus,
-        gpu_hour_cost,
-        world_size,
-        params,
-        last_metrics,
-        nonfinite_total,
-        eta_seconds,
-        eta_rate,
-        eta_at,
-        health,
-        health_since,
-        health_evidence,
-        policy,
-        policy_fired,
-        gpu_type,
-        trainer_status,
-        health_history,
-        metric_means,
-    ) = row
-    return Job(
-        id=job_id,
-        namespace=namespace,
-        name=name,
-        attempt=attempt,
-        state=state,
-        created_at=created_at,
-        updated_at=updated_at,
-        started_at=started_at,
-        finished_at=finished_at,
-        last_report_at=last_report_at,
-        step=step,
-        total_steps=total_steps,
-        epoch=epoch,
-        total_epochs=total_epochs,
-        samples=samples,
-        steps_per_second=steps_per_second,
-        samples_per_second=samples_per_second,
-        reported_eta=reported_eta,
-        reported_progress=reported_progress,
-        reason=reason,
-        exit_code=exit_code,
-        source=source,
-        gpus=gpus,
-        gpu_hour_cost=gpu_hour_cost,
-        world_size=world_size,
-        params=json.loads(params),
-        last_metrics={k: decode_float(v, k) for k, v in json.loads(last_metrics).items()},
-        nonfinite_total=nonfinite_total,
-        eta_seconds=eta_seconds,
-        eta_rate=eta_rate,
-        eta_at=eta_at,
-        health=health,
-        health_since=health_since,
-        health_evidence=json.loads(health_evidence),
-        policy=json.loads(policy),
-        policy_fired=json.loads(policy_fired),
-        gpu_type=gpu_type,
-        trainer_status=None if trainer_status is None else json.loads(trainer_status),
-        health_history=json.loads(health_history),
-        metric_means={k: decode_float(v, k) for k, v in json.loads(metric_means).items()},
-    )
+    """A job from a row of :data:`JOB_COLUMNS`: JSON columns decoded (a ``NULL`` one is ``None``), metric values
+    back to floats."""
+    values = dict(zip(JOB_NAMES, row, strict=True))
+    for name in _JSON_NAMES:
+        text = values[name]
+        values[name] = None if text is None else json.loads(text)
+    for name in _METRIC_NAMES:
+        values[name] = {k: decode_float(v, k) for k, v in values[name].items()}
+    return Job(**values)
 
 
 def column_value(name: str, value: Any) -> Any:

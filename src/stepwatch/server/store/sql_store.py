@@ -33,11 +33,10 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ...protocol import Command, GpuReading, Report
+from ...protocol import ENDED_STATES, Command, GpuReading, Report
 from . import rollups
 from .access import AuditEntry
 from .base import (
-    FINAL_STATES,
     ChangeListener,
     Event,
     IngestResult,
@@ -201,7 +200,7 @@ class SqlStore(Store):
                 ),
                 (namespace, name),
             ).fetchone()
-            if row is not None and row[2] not in FINAL_STATES:
+            if row is not None and row[2] not in ENDED_STATES:
                 if not supersede:
                     raise KeyError(f"{namespace}/{name}")
                 reason = f"superseded by attempt {row[1] + 1}"
@@ -354,9 +353,9 @@ class SqlStore(Store):
     ) -> tuple[Event, ...]:
         """The state a report moves its job to (into ``updates``), with its event (returned): a final state
         from rank 0, ``running`` from the first report; a job that has ended stays as it ended."""
-        if job.state in FINAL_STATES:
+        if job.state in ENDED_STATES:
             return ()
-        if state in FINAL_STATES and rank0:
+        if state in ENDED_STATES and rank0:
             state, reason = self._asked_to_stop(conn, job.id, state, reason)
             updates.update(state=state, finished_at=now, reason=reason)
             return (self._event(conn, job, now, state, reason or f"the job reported {state}", {}),)
@@ -397,9 +396,9 @@ class SqlStore(Store):
             except KeyError:
                 raise StoreError(f"job {job.key} is not in the database") from None
             updates: dict[str, Any] = {"updated_at": now, "exit_code": exit_code}
-            if state in FINAL_STATES:
+            if state in ENDED_STATES:
                 final, reason = self._asked_to_stop(conn, job.id, state, reason)
-                if current.state not in FINAL_STATES or exit_code not in (None, 0) or final == "stopped":
+                if current.state not in ENDED_STATES or exit_code not in (None, 0) or final == "stopped":
                     if current.state != final or current.reason != reason:
                         self._event(conn, current, now, final, reason or final, {"exit_code": exit_code})
                     updates.update(state=final, finished_at=now, reason=reason)
