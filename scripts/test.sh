@@ -41,8 +41,14 @@ echo "== mypy"
 echo "== dependency directions"
 if [ -f ../shared/tools/check_layers.py ]; then python3 ../shared/tools/check_layers.py .; else echo "(../shared/tools/check_layers.py not here; skipped)"; fi
 echo "== tests"
+# The default tier runs on every core (pytest-xdist; a test file per worker, so that its module fixtures stay
+# whole). --full (CI) and a run that picks its own -n run in one process, as the slow tiers' timings were measured.
+parallel=(-n auto --dist loadfile)
+for arg in "$@"; do
+  case "$arg" in --full | -n | -n* | --numprocesses*) parallel=() ;; esac
+done
 # pytest caches its rewritten test modules as bytecode: a second run collects ~7 s sooner
-env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q "$@"  # --full is pytest's own option (tests/conftest.py)
+env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q ${parallel[@]+"${parallel[@]}"} "$@"  # --full: tests/conftest.py
 echo "== report core without extras"
 if [ ! -x .venv-bare/bin/python ]; then python3 -m venv .venv-bare; fi
 .venv-bare/bin/python -m pip install --quiet --disable-pip-version-check . pytest

@@ -74,23 +74,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
-        config.stash[_LEFT_OUT] = left_out
+        counts = {m: sum(1 for item in left_out if item.get_closest_marker(m)) for m in FULL_ONLY}
+        config.stash[_LEFT_OUT] = (len(left_out), counts)
+        worker_output = getattr(config, "workeroutput", None)  # a pytest-xdist worker: tell the controller
+        if worker_output is not None:
+            worker_output["left_out"] = (len(left_out), counts)
 
 
-_LEFT_OUT = pytest.StashKey[list[pytest.Item]]()
+_LEFT_OUT = pytest.StashKey[tuple[int, dict[str, int]]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """Under pytest-xdist (``-n``) the workers collect: the controller takes what one of them left out."""
+    found = getattr(node, "workeroutput", {}).get("left_out")
+    config = getattr(node, "config", None)
+    if found is not None and config is not None:
+        config.stash[_LEFT_OUT] = tuple(found)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # around pytest's own summary: this line comes after it
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Iterator[None]:
     """Say, last before the counts, which tiers this run left out and how to run them."""
     yield
-    left_out = config.stash.get(_LEFT_OUT, [])
-    if not left_out:
+    total, counts = config.stash.get(_LEFT_OUT, (0, {}))
+    if not total:
         return
-    counts = {m: sum(1 for item in left_out if item.get_closest_marker(m)) for m in FULL_ONLY}
     tiers = ", ".join(f"{marker} ({count})" for marker, count in counts.items() if count)
     terminalreporter.write_line(
-        f"default tier: {len(left_out)} tests left out, marked {tiers}; "
+        f"default tier: {total} tests left out, marked {tiers}; "
         "run them with `bash scripts/test.sh --full` (or `pytest --full`)",
         yellow=True,
     )

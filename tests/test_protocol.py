@@ -786,7 +786,9 @@ VALID_TIMES = [
     "2026-12-02T17:04:05+02:00",
     "2026-12-02T15:04:05.123456+00:00",
     "2026-12-02t15:04:05z",
-    dt.datetime.now(dt.timezone.utc).isoformat(),  # the upstream kubeflow SDK
+    # the upstream kubeflow SDK writes datetime.now(timezone.utc).isoformat(): this shape, fixed so that every
+    # collection of the suite (pytest-xdist workers included) sees the same parameters
+    dt.datetime(2026, 12, 7, 6, 5, 21, 76079, tzinfo=dt.timezone.utc).isoformat(),
     dt.datetime(2026, 12, 2, 15, 4, 5, tzinfo=dt.timezone.utc).isoformat(),
 ]
 INVALID_TIMES = [

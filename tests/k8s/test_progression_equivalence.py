@@ -179,7 +179,10 @@ def finish(way: str, cluster: Cluster, ns: str, at: float, token: str) -> None:
     if way == "poll":
         wait_for(lambda: not runner.seen[(ns, "run")].poll.polling, 5, "no poll under way")
         time.sleep(0.3)  # (a capture of the end would have started by now: none should)
-        assert runner.stats["polls"] == len(SNAPSHOTS)  # one per snapshot; none at the end (B20: 0 s left)
+        # one per snapshot, none at the end (B20: 0 s left); a poll that failed (a loaded machine can make the
+        # loopback pod miss the controller's 2 s timeout) is tried again at the next interval and not counted
+        answered = runner.stats["polls"] - runner.stats["poll_errors"]
+        assert answered == len(SNAPSHOTS), runner.stats
 
 
 def replay(
