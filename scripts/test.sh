@@ -29,7 +29,7 @@ install_if_missing() {  # COMMAND PACKAGE WHAT-NEEDS-IT
 install_if_missing chromium chromium "the browser tests"
 # `kubectl stepwatch` is run by a real kubectl in tests/cli/test_cli_kubectl.py (no cluster needed)
 install_if_missing kubectl kubectl "the tests through kubectl"
-# a real Prometheus scrapes a real server in tests/server/test_prometheus.py (with promtool)
+# a real Prometheus scrapes a real server in tests/server/api/test_prometheus.py (with promtool)
 install_if_missing promtool prometheus "the real Prometheus test"
 # OpenShift AI's controller reads progress with Go's encoding/json: tests/test_progression_format.py holds our port to it
 install_if_missing go golang-go "the Go decoding conformance test"

@@ -1,7 +1,7 @@
 """The one retry helper in ``stepwatch.protocol``: ``Backoff`` and ``parse_retry_after``.
 
 The report core's sender, the SDK's ``Retry`` and the notifier's ``RetryPolicy`` all wait through
-these; their own tests (test_sender.py, tests/client/, tests/server/test_notify.py) check the policies.
+these; their own tests (test_sender.py, tests/client/, tests/server/notify/test_notify.py) check the policies.
 """
 
 from __future__ import annotations

@@ -473,7 +473,7 @@ NOT_APPLICABLE = {
     "pkg/statusserver/server_test.go TestServerStartReturnsAfterContextCancel": "controller-runtime Runnable lifecycle",
     "pkg/statusserver/server_test.go TestNeedLeaderElection": "controller-runtime leader election",
     "pkg/statusserver/middleware_test.go TestRecoveryMiddleware": "a Go panic in a handler (stepwatch: any "
-    "exception is a 500 Status, tests/server/test_api.py)",
+    "exception is a 500 Status, tests/server/api/test_api.py)",
     "pkg/statusserver/middleware_test.go TestLoggingMiddleware": "Go request logging",
     "pkg/statusserver/middleware_test.go TestChain": "Go middleware composition",
 }

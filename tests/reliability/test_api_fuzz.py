@@ -6,7 +6,7 @@ twice: as generated (random names: mostly 404s and 422s), and aimed at a job tha
 token, so that the generated bodies reach the deep code (ingest, the store, the analysis). No answer may
 be a 5xx; an exception inside the app fails the test as well.
 
-The live stream (``GET /api/v1/events``) never ends by design and is left out; ``tests/server/test_live.py``
+The live stream (``GET /api/v1/events``) never ends by design and is left out; ``tests/server/live/test_live.py``
 covers it.
 """
 

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 NAME_PATTERN = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-"""A Kubernetes DNS-1123 label, as ``protocol.is_valid_name`` reads it (tests/server/test_bodies.py checks
+"""A Kubernetes DNS-1123 label, as ``protocol.is_valid_name`` reads it (tests/server/api/test_bodies.py checks
 that they agree)."""
 MAX_NUMBER = 1e9
 """Largest GPU count, price or epoch count: a cost of GPUs x price x hours stays a finite float (a larger

@@ -6,7 +6,7 @@ types, nullability, nesting and ``required`` come from the dataclass itself (its
 and which have a default), and whose bounds come from :data:`~stepwatch.protocol.LIMITS` through the one
 table below, :data:`BOUNDS`; descriptions are the docstrings of the class and of its fields. So a field
 added, renamed or retyped in the protocol shows in ``/openapi.json``
-without anyone writing it twice, and ``tests/server/test_openapi_wire.py`` holds every bound of the table to
+without anyone writing it twice, and ``tests/server/api/test_openapi_wire.py`` holds every bound of the table to
 the protocol's own checks (the edge value passes, the next one is refused), so the two cannot drift.
 
 Every integer anywhere is at most ``LIMITS.max_integer`` (what the protocol checks of every integer).

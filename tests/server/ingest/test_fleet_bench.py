@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "fleet.py"
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "fleet.py"
 
 
 @pytest.mark.slow

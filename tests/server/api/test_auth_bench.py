@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("uvicorn")
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "auth_overhead.py"
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "auth_overhead.py"
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("uvicorn")
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "server_limits.py"
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "server_limits.py"
 
 
 @pytest.mark.slow

@@ -208,7 +208,7 @@ def _resume_benchmark() -> Any:
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "eta_resume.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "eta_resume.py"
     spec = importlib.util.spec_from_file_location("eta_resume_bench", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

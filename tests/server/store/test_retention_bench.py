@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "retention.py"
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "retention.py"
 
 
 @pytest.mark.slow

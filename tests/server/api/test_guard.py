@@ -1,7 +1,7 @@
 """Each attack of issue 21 (items 1, 4, 6, 7, 9, 10) played against a real server on a loopback socket, a
 real SQLite file and real webhook receivers; the answer that closes it. The browser side of item 1 and 7
 (a page on another localhost port, the dashboard under its CSP) is tests/e2e/test_cross_site.py; item 5
-(revocation across PostgreSQL replicas) is tests/server/test_postgres.py and benchmarks/revocation_replicas.py.
+(revocation across PostgreSQL replicas) is tests/server/store/test_postgres.py and benchmarks/revocation_replicas.py.
 """
 
 from __future__ import annotations

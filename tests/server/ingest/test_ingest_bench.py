@@ -17,7 +17,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "server_ingest.py"
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "server_ingest.py"
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("numpy")
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "health_detection.py"
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "health_detection.py"
 
 
 @pytest.mark.slow

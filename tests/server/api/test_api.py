@@ -158,7 +158,7 @@ class Case:
 
 
 JSON = {"Content-Type": "application/json"}
-"""What every client sends with a body (the guard refuses other types: tests/server/test_guard.py)."""
+"""What every client sends with a body (the guard refuses other types: tests/server/api/test_guard.py)."""
 BIG = padded({"name": "big"}, LIMIT + 1)
 BIG_REPORT = padded(good_report(), LIMIT + 1)
 BIG_STATUS = padded(UPSTREAM_STATUS, 2 * LIMIT)
