@@ -394,20 +394,20 @@ def test_notify_from_another_thread_is_handed_to_the_loop(receiver: Receiver) ->
 def test_shutdown_drains_what_is_queued(receiver: Receiver) -> None:
     receiver.default = Reply(delay_s=0.02)
 
-    async def scenario() -> tuple[Notifier, float]:
+    async def scenario() -> Notifier:
         notifier = Notifier([NotifyTarget(receiver.url())], retry=FAST)
         await notifier.start()
         for i in range(5):
             notifier.notify(note(key=f"k{i}"))
-        t0 = time.monotonic()
-        await notifier.aclose(timeout_s=5)
+        await notifier.aclose(timeout_s=60)
         notifier.notify(note(key="after"))  # refused and counted, not raised
-        return notifier, time.monotonic() - t0
+        return notifier
 
-    notifier, took = run(scenario())
+    notifier = run(scenario())
+    # drained, not given up: every queued note delivered and none pending when aclose returned (an event; a
+    # shutdown that gave up would leave some pending, see the next test)
     assert len(receiver.requests) == 5
     assert (notifier.stats.delivered, notifier.stats.dropped, notifier.stats.pending) == (5, 1, 0)
-    assert took < 5
 
 
 def test_shutdown_gives_up_after_its_timeout(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
