@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
 from ...protocol import decode_float, encode_float
 from .base import Job
 from .schema import JSON, TABLES
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is in the server extra
+    orjson = None  # type: ignore[assignment]
 
 __all__ = ["JOB_COLUMNS", "JOB_NAMES", "column_value", "job_from_row", "load_float", "store_float"]
 
@@ -55,11 +61,43 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
 def column_value(name: str, value: Any) -> Any:
     """A job field as its column stores it (the dicts are JSON; non-finite metrics as strings)."""
     if name == "params":
-        return json.dumps(value)
+        return _dumps(value)
     if name in ("last_metrics", "metric_means"):
-        return json.dumps({k: encode_float(v) for k, v in value.items()})
+        return _dumps({k: encode_float(v) for k, v in value.items()})
     if name in ("health_evidence", "policy", "policy_fired", "health_history"):
-        return json.dumps(value, default=str)
+        return _dumps(value, _str_like_json)
     if name == "trainer_status":
-        return None if value is None else json.dumps(value, ensure_ascii=False)
+        return None if value is None else _dumps(value, ensure_ascii=False)
     return value
+
+
+_ORJSON_OPTIONS = 0 if orjson is None else orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+"""Dataclasses and datetimes go to ``default`` as the standard encoder sends them (orjson would write
+a dataclass as a dict and a datetime in ISO form, not what ``str`` gives)."""
+
+
+def _dumps(value: Any, default: Callable[[Any], Any] | None = None, *, ensure_ascii: bool = True) -> str:
+    """JSON text of a job's column that :func:`job_from_row`'s ``json.loads`` reads back as the standard
+    encoder's would, by orjson (~5x faster: a report's update writes two or three of these).
+
+    orjson's text is compact and UTF-8 where the standard encoder escapes (``ensure_ascii``): the same value
+    when read. Where orjson would write something else, the standard encoder writes it: what orjson refuses
+    (an integer beyond 64 bits, a key that is not a string, a lone surrogate: ``TypeError``), and any text
+    with ``null`` in it, which is where orjson writes a non-finite float the standard encoder keeps as
+    ``NaN`` or ``Infinity`` (a ``None`` or a string holding ``null`` only costs the slower path).
+    """
+    if orjson is not None:
+        try:
+            text = orjson.dumps(value, default=default, option=_ORJSON_OPTIONS)
+        except TypeError:
+            pass
+        else:
+            if b"null" not in text:
+                return text.decode()
+    return json.dumps(value, default=default, ensure_ascii=ensure_ascii)
+
+
+def _str_like_json(obj: Any) -> Any:
+    """``default=str`` as the standard encoder applies it, for both encoders: a subclass of float (numpy's
+    float64) is a number to the standard encoder (which never calls ``default`` for it), orjson hands it here."""
+    return float(obj) if isinstance(obj, float) else str(obj)
