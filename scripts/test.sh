@@ -40,18 +40,40 @@ echo "== mypy"
 .venv/bin/mypy
 echo "== dependency directions"
 if [ -f ../shared/tools/check_layers.py ]; then python3 ../shared/tools/check_layers.py .; else echo "(../shared/tools/check_layers.py not here; skipped)"; fi
-echo "== tests"
+# The report core's tests again in a bare environment with no extras (no NumPy, no torch, no server).
+bare_tests() {
+  if [ ! -x .venv-bare/bin/python ]; then python3 -m venv .venv-bare; fi
+  .venv-bare/bin/python -m pip install --quiet --disable-pip-version-check . pytest
+  .venv-bare/bin/python -m pytest -q -p no:cacheprovider tests/test_run.py tests/test_window.py tests/test_sender.py \
+    tests/test_config.py tests/test_protocol.py tests/test_progression_format.py tests/test_progression_endpoint.py \
+    tests/test_progression_lifecycle.py
+}
 # The default tier runs on every core (pytest-xdist; a test file per worker, so that its module fixtures stay
-# whole). --full (CI) and a run that picks its own -n run in one process, as the slow tiers' timings were measured.
+# whole), with the bare report core's tests beside it (their output follows the suite's). --full (CI) and a run
+# that picks its own -n run in one process, one step after the other, as the slow tiers' timings were measured.
 parallel=(-n auto --dist loadfile)
 for arg in "$@"; do
   case "$arg" in --full | -n | -n* | --numprocesses*) parallel=() ;; esac
 done
 # pytest caches its rewritten test modules as bytecode: a second run collects ~7 s sooner
-env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q ${parallel[@]+"${parallel[@]}"} "$@"  # --full: tests/conftest.py
+run_suite() { env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q ${parallel[@]+"${parallel[@]}"} "$@"; }
+if [ ${#parallel[@]} -eq 0 ]; then
+  echo "== tests"
+  run_suite "$@"  # --full: tests/conftest.py
+  echo "== report core without extras"
+  bare_tests
+  exit 0
+fi
+bare_log=$(mktemp)
+trap 'rm -f "$bare_log"' EXIT
+bare_tests >"$bare_log" 2>&1 &
+bare_pid=$!
+echo "== tests (the report core without extras runs beside them)"
+suite=0
+run_suite "$@" || suite=$?
+bare=0
+wait "$bare_pid" || bare=$?
 echo "== report core without extras"
-if [ ! -x .venv-bare/bin/python ]; then python3 -m venv .venv-bare; fi
-.venv-bare/bin/python -m pip install --quiet --disable-pip-version-check . pytest
-.venv-bare/bin/python -m pytest -q -p no:cacheprovider tests/test_run.py tests/test_window.py tests/test_sender.py \
-  tests/test_config.py tests/test_protocol.py tests/test_progression_format.py tests/test_progression_endpoint.py \
-  tests/test_progression_lifecycle.py
+cat "$bare_log"
+if [ "$suite" -ne 0 ]; then exit "$suite"; fi
+exit "$bare"
