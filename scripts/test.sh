@@ -33,13 +33,16 @@ install_if_missing kubectl kubectl "the tests through kubectl"
 install_if_missing promtool prometheus "the real Prometheus test"
 # OpenShift AI's controller reads progress with Go's encoding/json: tests/test_progression_format.py holds our port to it
 install_if_missing go golang-go "the Go decoding conformance test"
-echo "== ruff"
-.venv/bin/ruff check src tests benchmarks examples
-.venv/bin/ruff format --check src tests benchmarks examples
-echo "== mypy"
-.venv/bin/mypy
-echo "== dependency directions"
-if [ -f ../shared/tools/check_layers.py ]; then python3 ../shared/tools/check_layers.py .; else echo "(../shared/tools/check_layers.py not here; skipped)"; fi
+# Lint, types and the dependency directions.
+checks() {
+  echo "== ruff"
+  .venv/bin/ruff check src tests benchmarks examples
+  .venv/bin/ruff format --check src tests benchmarks examples
+  echo "== mypy"
+  .venv/bin/mypy
+  echo "== dependency directions"
+  if [ -f ../shared/tools/check_layers.py ]; then python3 ../shared/tools/check_layers.py .; else echo "(../shared/tools/check_layers.py not here; skipped)"; fi
+}
 # The report core's tests again in a bare environment with no extras (no NumPy, no torch, no server).
 bare_tests() {
   if [ ! -x .venv-bare/bin/python ]; then python3 -m venv .venv-bare; fi
@@ -58,22 +61,30 @@ done
 # pytest caches its rewritten test modules as bytecode: a second run collects ~7 s sooner
 run_suite() { env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q ${parallel[@]+"${parallel[@]}"} "$@"; }
 if [ ${#parallel[@]} -eq 0 ]; then
+  checks
   echo "== tests"
   run_suite "$@"  # --full: tests/conftest.py
   echo "== report core without extras"
   bare_tests
   exit 0
 fi
+checks_log=$(mktemp)
 bare_log=$(mktemp)
-trap 'rm -f "$bare_log"' EXIT
+trap 'rm -f "$checks_log" "$bare_log"' EXIT
+checks >"$checks_log" 2>&1 &
+checks_pid=$!
 bare_tests >"$bare_log" 2>&1 &
 bare_pid=$!
-echo "== tests (the report core without extras runs beside them)"
+echo "== tests (lint, types, the dependency directions and the report core without extras run beside them)"
 suite=0
 run_suite "$@" || suite=$?
+checked=0
+wait "$checks_pid" || checked=$?
 bare=0
 wait "$bare_pid" || bare=$?
+cat "$checks_log"
 echo "== report core without extras"
 cat "$bare_log"
-if [ "$suite" -ne 0 ]; then exit "$suite"; fi
-exit "$bare"
+for status in "$suite" "$checked" "$bare"; do
+  if [ "$status" -ne 0 ]; then exit "$status"; fi
+done
