@@ -79,6 +79,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _is_trainer(cmdline: str) -> bool:
+    """A demo training process itself (``python -m stepwatch.cli.demo_training``), not its runner, whose
+    command line names it too (``python -m stepwatch run ... -- python -m stepwatch.cli.demo_training``)."""
+    return cmdline.split(" ")[1:3] == ["-m", "stepwatch.cli.demo_training"]
+
+
 def _still_there(snapshot: dict[int, str], sessions: set[int]) -> list[str]:
     left = []
     for pid, fields in _live().items():
@@ -107,11 +113,9 @@ def test_demo_leaves_nothing_behind(tmp_path: Path, sig: signal.Signals) -> None
     sessions: set[int] = {demo.pid}
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        trainers: list[int] = []
-        while time.monotonic() < deadline and demo.poll() is None:
-            trainers = [p for p in _tree(demo.pid) if "stepwatch.cli.demo_training" in _cmdline(p)]
-            if len(trainers) == 4:
-                break
+        trainers: set[int] = set()  # every training process seen: the plateau's may be stopped by its policy early
+        while time.monotonic() < deadline and demo.poll() is None and len(trainers) < 4:
+            trainers |= {p for p in _tree(demo.pid) if _is_trainer(_cmdline(p))}
             time.sleep(0.5)
         assert len(trainers) == 4, f"the demo did not start its 4 runs: {out.read_text(errors='replace')[-2000:]}"
         time.sleep(2.0)  # the runs report; the hanging one is on its way to hang
