@@ -235,8 +235,9 @@ def test_server_down_mid_run_and_back(sink: ReportSink, healthy: ReportSink, out
     if outage == "blip":  # down and up between two reports: the kept-alive connection is stale
         faults = {150: lambda: (sink.down(), sink.up())}
     elapsed = train(run, at=faults)
-    # reporting resumes by itself once the server is back, without waiting for finish()
-    assert sink.wait_for(lambda s: any(r.progress.step == STEPS for r in reports_of(s, run)), 5)
+    # reporting resumes by itself once the server is back, without waiting for finish(): after the backoff
+    # (1 s doubling per failure, up to 30 s), which grows with the outage's length on a loaded machine
+    assert sink.wait_for(lambda s: any(r.progress.step == STEPS for r in reports_of(s, run)), 35)
     finish_delivered(run, sink)
     reports = reports_of(sink, run)
     assert_complete(reports, STEPS)
