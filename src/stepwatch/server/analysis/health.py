@@ -102,6 +102,9 @@ class HealthTracker:
         self._state = "unknown"
         self._since: float | None = None
         self._recovered: dict[str, Any] | None = None
+        self._settled: tuple[Verdict, float | None, dict[str, Any] | None, Verdict] | None = None
+        """The last calm verdict settled: the rules' verdict, the since and recovery it was settled with, the
+        result (a verdict follows every report; the calm one is mostly the rules' cached one)."""
 
     def _reset_metric(self) -> None:
         self._m_t0: float | None = None  # first window of the metric segment
@@ -329,6 +332,16 @@ class HealthTracker:
             self._state, self._since = state, verdict.since
             self._recovered = None
             return verdict
+        memo = self._settled
+        if (
+            memo is not None
+            and memo[0] is verdict
+            and state == self._state
+            and self._since is not None
+            and memo[1] == self._since
+            and memo[2] is self._recovered
+        ):
+            return memo[3]  # the same calm verdict as the last one (its rules' cached answer), nothing new to say
         if state != self._state or self._since is None:
             came_from = self._state
             self._state, self._since = state, (now if math.isfinite(now) else None)
@@ -343,7 +356,9 @@ class HealthTracker:
         if state == "healthy" and self._recovered and self._recovered["message"].startswith("recovered"):
             evidence["recovered_from"] = self._recovered["state"]
             evidence["message"] = self._recovered["message"]
-        return Verdict(state, self._since, evidence)
+        settled = Verdict(state, self._since, evidence)
+        self._settled = (verdict, self._since, self._recovered, settled)
+        return settled
 
     def _remaining(self) -> float | None:
         """Seconds rank 0 still needs at its pace in this segment (``None``: no total or no pace yet)."""

@@ -15,6 +15,7 @@ where its ranks stand is judged by the place instead (:mod:`.stall`); stragglers
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterable
 from statistics import median
@@ -103,6 +104,8 @@ class StallRules:
         self._seg_t0: float | None = None
         self._seg_step0 = 0
         self._gaps: deque[float] = deque(maxlen=p.interval_memory)
+        self._gaps_sorted: list[float] = []  # the same gaps in order: their median without a sort per report
+        self._interval = p.default_interval_s  # report_interval(), updated with each gap
         self._spt: deque[float] = deque(maxlen=31)
         self._pauses: deque[float] = deque(maxlen=p.pause_memory)
         self._longest_eval = 0.0  # the longest evaluation any rank finished (seconds)
@@ -166,7 +169,7 @@ class StallRules:
         """Rank 0's report: its report gaps, step times and pauses (``resumed``: the end of its last
         evaluation, which neither counts as step time nor as a pause)."""
         if self._r0_t is not None and t > self._r0_t:
-            self._gaps.append(t - self._r0_t)
+            self._add_gap(t - self._r0_t)
         self._r0_t = t
         if step is None:
             return
@@ -182,18 +185,31 @@ class StallRules:
         standing = t - max(self._r0_change_t, resumed)
         if self._r0_moved:
             self._spt.append(standing / (step - old))
-            if standing > self.silence_limit():
+            if standing > self.params.stall_floor_s and standing > self.silence_limit():  # the limit's floor first
                 self._pauses.append(standing)
         else:
             self._seg_t0, self._seg_step0 = self._r0_change_t, old  # start-up time is not stepping time
         self._r0_step, self._r0_change_t, self._r0_moved = step, t, True
+
+    def _add_gap(self, gap: float) -> None:
+        """A gap between two reports of rank 0: the newest ``interval_memory`` are kept, in arrival order
+        and sorted, and their median (:meth:`report_interval`, read several times a report) updated."""
+        gaps, ordered = self._gaps, self._gaps_sorted
+        if len(gaps) == gaps.maxlen:
+            del ordered[bisect_left(ordered, gaps[0])]
+        gaps.append(gap)
+        insort(ordered, gap)
+        n = len(ordered)
+        if n >= 3:  # as statistics.median: the middle one, or the mean of the middle two
+            half = n // 2
+            self._interval = ordered[half] if n % 2 else (ordered[half - 1] + ordered[half]) / 2
 
     # ------------------------------------------------------------------------------------------
     # Thresholds
 
     def report_interval(self) -> float:
         """The job's usual report interval: the median of rank 0's recent gaps (a default before)."""
-        return median(self._gaps) if len(self._gaps) >= 3 else self.params.default_interval_s
+        return self._interval
 
     def step_time(self) -> float | None:
         """Typical seconds per step of rank 0 in this segment (pauses are outliers the median drops)."""
@@ -257,10 +273,10 @@ class StallRules:
         the one named is the one behind: the lowest step, then the one whose GPUs idle while the
         others' are busy, then the one that stood first."""
         p = self.params
-        silence = self.silence_limit()
         floor = now - p.standstill_floor_s
         if not any(r.clock_t < floor and r.last_t > r.clock_t for r in self._ranks.values()):
             return None  # the common case, without a limit computed: every rank stepped within the floor
+        silence = self.silence_limit()
         if self.places.any_sampling():
             return self._placed_standstill(now, silence)
         over: list[tuple[tuple[bool, int, bool, float, int], float, float | None]] = []

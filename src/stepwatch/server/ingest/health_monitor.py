@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ...protocol import ENDED_STATES, GpuReading, Where
+from ...protocol import ENDED_STATES, GpuReading, MetricWindow, Where
 from ..analysis.health import HealthParams, HealthTracker, Verdict
 from ..live.broadcaster import Broadcaster
 from ..live.publish import publish_events, publish_job
@@ -213,35 +213,49 @@ class HealthMonitor:
         entry = self._trackers.get(job.id)
         if entry is None:
             return None
-        readings = [g.utilization for g in gpus if g.utilization is not None]
-        if readings:
-            self._gpus.setdefault(job.id, {})[rank] = sum(readings) / len(readings)
+        busy = None
+        if gpus:  # most reports carry none: no list built for them
+            readings = [g.utilization for g in gpus if g.utilization is not None]
+            if readings:
+                busy = sum(readings) / len(readings)
+                self._gpus.setdefault(job.id, {})[rank] = busy
         self._trackers.move_to_end(job.id)
         metric, tracker = entry
-        if metric is None and rank == 0:
-            metric = primary_metric(w.name for w in result.new_points)
+        points = result.new_points
+        if rank == 0 and points:  # a heartbeat (every other rank's report) carries no windows
+            if metric is None:
+                metric = primary_metric(w.name for w in points)
+                if metric is not None:
+                    tracker = HealthTracker(self.params, metric=metric, direction=self.metric_of(job)[1])
+                    self._trackers[job.id] = (metric, tracker)
             if metric is not None:
-                tracker = HealthTracker(self.params, metric=metric, direction=self.metric_of(job)[1])
-                self._trackers[job.id] = (metric, tracker)
-        if rank == 0 and metric is not None:
-            for w in result.new_points:
-                if w.name == metric:
-                    tracker.observe_window(
-                        now, w.last_step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, w.first_step
-                    )
-            lr, evaluation = _second_of(tuple(w.name for w in result.new_points))
-            for w in result.new_points:  # after the loss, as a replay orders them
-                if w.name in (lr, evaluation):
-                    _observe_second(tracker, w.name, now, w.last_step, w.last)
+                self._observe_windows(tracker, metric, points, now)
         tracker.observe_progress(now, rank, step, total_steps, evaluating=evaluating)
         if activity_shares:
             tracker.observe_shares(rank, activity_shares, host)
         if where is not None:
             frames = [str(f) for f in where.frames]
             tracker.observe_where(now, rank, step, where.activity, where.stood_seconds, where.detail, frames)
-        if readings:
-            tracker.observe_gpu(rank, self._gpus[job.id][rank])
+        if busy is not None:
+            tracker.observe_gpu(rank, busy)
         return self._judge(job, tracker, metric, now)
+
+    @staticmethod
+    def _observe_windows(tracker: HealthTracker, metric: str, points: Sequence[MetricWindow], now: float) -> None:
+        """Rank 0's windows: the primary metric's, then its learning rate's and evaluation metric's (the
+        order a replay gives them); the names of a report are looked at once."""
+        names = tuple([w.name for w in points])
+        for w in points:
+            if w.name == metric:
+                tracker.observe_window(
+                    now, w.last_step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, w.first_step
+                )
+        lr, evaluation = _second_of(names)
+        if lr is None and evaluation is None:
+            return
+        for w in points:  # after the loss, as a replay orders them
+            if w.name in (lr, evaluation):
+                _observe_second(tracker, w.name, now, w.last_step, w.last)
 
     def sweep(self, jobs: Iterable[Job], now: float) -> list[HealthUpdate]:
         """Ask every tracked job again (a stalled job sends nothing); the changes to record."""
