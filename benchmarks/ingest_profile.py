@@ -8,6 +8,13 @@ table groups the cumulative time by the stage of the trip it belongs to.
 
     .venv/bin/python benchmarks/ingest_profile.py --reports 6000 [--database-url postgresql://...]
     .venv/bin/python benchmarks/ingest_profile.py --reports 6000 --top 40     # the raw profile too
+
+``--store B`` times the SQLite store's writer alone (no app): the same bodies, read once by
+``Report.from_dict``, written ``B`` reports a transaction through ``ingest_reports``, as the group
+commit hands them over (``B = 1``: a fleet's pace, each report its own transaction); the writing
+thread's CPU per report.
+
+    .venv/bin/python benchmarks/ingest_profile.py --store 1 --reports 4000
 """
 
 from __future__ import annotations
@@ -178,6 +185,43 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
     return result
 
 
+def store_only(opts: argparse.Namespace, db: Path) -> dict[str, Any]:
+    """The SQLite store's ``ingest_reports`` alone, ``opts.store`` reports a transaction (thread CPU)."""
+    from stepwatch.protocol import Report
+    from stepwatch.server.store import SQLiteStore
+    from stepwatch.server.store.base import PendingReport
+
+    store = SQLiteStore(db)
+    try:
+        jobs = [store.register("default", f"prof-{i}", token_hash="h", now=1.0) for i in range(opts.jobs)]
+        rng = random.Random(0)
+        per_job = opts.reports // opts.jobs
+        reports = [
+            [Report.from_dict(report_dict(f"run-{i}", seq, rng, 1000 + i)) for seq in range(per_job)]
+            for i in range(opts.jobs)
+        ]
+        order = [(i, seq) for seq in range(per_job) for i in range(opts.jobs)]  # the jobs in turn
+        latest = {job.id: job for job in jobs}
+
+        def write(items: list[tuple[int, int]]) -> None:
+            batch = [PendingReport(latest[jobs[i].id], reports[i][seq], 2.0 + seq) for i, seq in items]
+            for result in store.ingest_reports(batch):
+                assert not isinstance(result, Exception), result
+                latest[result.job.id] = result.job
+
+        warm = opts.jobs * min(5, per_job // 4)
+        b = opts.store
+        for k in range(0, warm, b):
+            write(order[k : min(k + b, warm)])
+        cpu0 = time.thread_time()
+        for k in range(warm, len(order), b):
+            write(order[k : k + b])
+        n, cpu = len(order) - warm, time.thread_time() - cpu0
+        return {"reports": n, "batch": b, "store_thread_cpu_us_per_report": round(1e6 * cpu / n, 1)}
+    finally:
+        store.close()
+
+
 def stages(stats: pstats.Stats, n: int) -> dict[str, float]:
     """Cumulative ms per report of the outermost function of each stage."""
     found: dict[str, float] = {}
@@ -202,11 +246,13 @@ def main() -> None:
         "--interval", type=float, default=0.0, help="seconds between a job's reports (default: back to back)"
     )
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument("--store", type=int, metavar="B", help="the SQLite store alone, B reports a transaction")
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--dump", metavar="PATH", help="write the merged profile there (pstats), to read its callers")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        result = asyncio.run(run(opts, Path(tmp) / "prof.db"))
+        db = Path(tmp) / "prof.db"
+        result = store_only(opts, db) if opts.store else asyncio.run(run(opts, db))
     print(json.dumps(result, indent=1))
 
 

@@ -5,8 +5,11 @@ sees the file changed under it and forgets everything it kept in memory, and so 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from stepwatch.protocol import Report
 from stepwatch.server.store import SQLiteStore
 
 Heard = list[frozenset[int] | None]
@@ -54,6 +57,34 @@ def test_the_server_forgets_its_trackers_and_samples_when_another_program_wrote(
         server.set_estimate(jobs[0].id, 10.0, 1.0, 3.0)
         for job in jobs:  # rebuilt from the store at their next report, as after a restart
             assert job.id not in svc.health and job.id not in svc.progress
+    finally:
+        server.close()
+        tool.close()
+
+
+def test_what_the_writer_remembers_is_forgotten_when_another_program_wrote(
+    tmp_path: Path, make_report: Callable[..., dict[str, Any]]
+) -> None:
+    """The server answers a report's pending commands, and decides whether a report is its rank's newest, from
+    memory (``sqlite_ingest``): a command queued or a newer report stored by another program must still count."""
+
+    def report(seq: int, step: int, sent_at: float, acks: tuple[str, ...] = ()) -> Report:
+        return Report.from_dict(make_report(seq, step, {"loss": 0.5}, sent_at=sent_at, acks=list(acks)))
+
+    server = SQLiteStore(tmp_path / "s.db")
+    tool = SQLiteStore(tmp_path / "s.db")
+    try:
+        job = server.register("ns", "j", token_hash="h", now=1.0)
+        first = server.ingest_report(job, report(1, 10, 100.0), 2.0)
+        assert first.commands == () and first.job.step == 10
+        stop = tool.add_command(job, "stop", "by hand", 3.0)  # `stepwatch stop --db`
+        second = server.ingest_report(first.job, report(2, 20, 110.0), 4.0)
+        assert second.commands == (stop,) and second.job.step == 20
+        tool.ingest_report(tool.job_by_id(job.id), report(3, 40, 130.0, acks=(stop.id,)), 5.0)  # type: ignore[arg-type]
+        late = server.ingest_report(server.job_by_id(job.id), report(4, 30, 120.0), 6.0)  # type: ignore[arg-type]
+        assert late.commands == ()  # acknowledged by the other program's report
+        assert late.job.step == 40  # sent before the other program's report: history only
+        assert [p.step for p in server.series(job.id, "loss")] == [10, 20, 30, 40]
     finally:
         server.close()
         tool.close()

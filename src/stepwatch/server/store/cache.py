@@ -14,11 +14,15 @@ only costs a read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
+from typing import Any
 
 from .base import Job
 
-__all__ = ["JobCache"]
+__all__ = ["MISS", "JobCache", "TransactionMemo"]
+
+MISS: Any = object()
+"""What :meth:`TransactionMemo.get` answers for what it does not know (``None`` is a value it may hold)."""
 
 
 class JobCache:
@@ -100,3 +104,52 @@ class JobCache:
             key = (job.namespace, job.name)
             if self._latest.get(key) == job_id:
                 del self._latest[key]
+
+
+class TransactionMemo:
+    """Small facts the single writer of a database knows from its own writes, by key, as of the last commit.
+
+    What a write transaction learns or changes is kept apart (:meth:`put`, :meth:`forget`) until it
+    commits (:meth:`commit`); a transaction rolled back (:meth:`rollback`) leaves what was committed.
+    :meth:`forget` inside a transaction makes the key unknown from then on, committed or not (a
+    savepoint rolled back: the database may hold either value). Readers are the writer only (under its
+    lock). Bounded: past ``capacity`` keys everything is forgotten (a miss only costs a read).
+    """
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self.capacity = capacity
+        self._committed: dict[Hashable, Any] = {}
+        self._open: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable) -> Any:
+        """The value as the open transaction sees it, or :data:`MISS`."""
+        value = self._open.get(key, MISS)
+        return self._committed.get(key, MISS) if value is MISS and key not in self._open else value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """What the open transaction read or wrote."""
+        self._open[key] = value
+
+    def forget(self, key: Hashable) -> None:
+        """The key is unknown (the open transaction changed it, or may have)."""
+        self._open[key] = MISS
+
+    def commit(self) -> None:
+        """The open transaction committed: what it knew is what is known."""
+        if len(self._committed) + len(self._open) > self.capacity:
+            self._committed.clear()
+        for key, value in self._open.items():
+            if value is MISS:
+                self._committed.pop(key, None)
+            else:
+                self._committed[key] = value
+        self._open.clear()
+
+    def rollback(self) -> None:
+        """The open transaction rolled back (or a new one begins): only what was committed is known."""
+        self._open.clear()
+
+    def clear(self) -> None:
+        """Forget everything (another program wrote the database)."""
+        self._committed.clear()
+        self._open.clear()

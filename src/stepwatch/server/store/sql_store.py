@@ -478,6 +478,7 @@ class SqlStore(Store):
         return command
 
     def _insert_command(self, conn: Any, job_id: int, command: Command, created_at: float) -> None:
+        self._commands_changed(job_id)
         conn.execute(
             self._sql("INSERT INTO commands (id, job_id, kind, reason, created_at) VALUES (?, ?, ?, ?, ?)"),
             (command.id, job_id, command.kind, command.reason, created_at),
@@ -488,6 +489,9 @@ class SqlStore(Store):
         message = f"{kind} requested: {reason}" if reason else f"{kind} requested"
         data = {"id": command.id, "kind": kind, "reason": reason, **({"by": actor} if actor else {})}
         self._event(conn, job, now, "command", message, data)
+
+    def _commands_changed(self, job_id: int) -> None:
+        """The open transaction queues or acknowledges a job's commands (for a store that remembers them)."""
 
     # ---------------------------------------------------------------------------------- policies
 

@@ -116,13 +116,16 @@ class SQLiteStore(SQLiteIngest, SqlHistory, SqlAccess):
             self._begin(conn, wait)
             epoch = self._cache.epoch
             self._remembered.clear()
+            self._memo.rollback()
             try:
                 yield conn
                 conn.execute("COMMIT")
                 self._cache.written(self._remembered.values(), epoch)
                 self._remembered.clear()
+                self._memo.commit()
             except BaseException as exc:
                 self._remembered.clear()
+                self._memo.rollback()
                 if conn.in_transaction:
                     try:
                         conn.execute("ROLLBACK")
@@ -160,6 +163,7 @@ class SQLiteStore(SQLiteIngest, SqlHistory, SqlAccess):
 
     def _forget_all(self) -> None:
         self._cache.on_listening(True)
+        self._memo.clear()
         self._forget_tokens()
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -7,6 +7,11 @@ changes nothing and is answered with the pending commands); its rank's newest st
 by a newer report by the reporter's clock; its windows become points. What the report then changes
 in the job's row is decided by :mod:`.job_updates`, the same for both stores.
 
+What the one writer already knows it does not read again (:class:`.TransactionMemo`, forgotten when
+another program writes the file): each rank's last ``sent_at`` (whether a report is its rank's newest)
+and each job's pending commands (what every answer carries; changed only by a command queued or
+acknowledged, both written here).
+
 :class:`SQLiteIngest` is the SQLite store's ingest half; :class:`~.sqlite.SQLiteStore` adds its
 connections and transactions.
 """
@@ -21,6 +26,7 @@ from contextlib import AbstractContextManager
 
 from ...protocol import Command, TrainerStatus
 from .base import Event, IngestResult, Job, MetricLimitError, PendingReport, StoreError
+from .cache import MISS, TransactionMemo
 from .job_updates import check_metric_names, report_updates, upstream_status
 from .rows import store_float
 from .sql_store import PENDING_SQL, SqlStore
@@ -34,10 +40,11 @@ _POINT_SQL = (
 
 _REPORT_SQL = (
     "INSERT OR IGNORE INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step, newest) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, "
-    "COALESCE((SELECT ? >= last_sent_at FROM ranks WHERE job_id = ? AND rank = ?), 1)) RETURNING newest"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-"""A native report's row; ``newest`` when no report of its rank was sent later (by the reporter's clock)."""
+"""A native report's row (no row changed: a duplicate; a row count is cheaper than ``RETURNING``)."""
+
+_LAST_SENT_SQL = "SELECT last_sent_at FROM ranks WHERE job_id = ? AND rank = ?"
 
 _RANK_SQL = (
     "INSERT INTO ranks (job_id, rank, run_id, last_sent_at, last_seen_at, step, step_time, host, pid, gpus) "
@@ -54,6 +61,12 @@ class WouldWait(Exception):
 
 class SQLiteIngest(SqlStore):
     """The SQLite store's writes of reports (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._memo = TransactionMemo()
+        """Ranks' last ``sent_at`` (``("sent", job id, rank)``, ``None``: no report yet) and jobs' pending
+        commands (``("commands", job id)``), as the writer's transactions left them."""
 
     @abc.abstractmethod
     def _write(self, wait: bool = True, *, pipeline: bool = True) -> AbstractContextManager[sqlite3.Connection]:
@@ -82,6 +95,8 @@ class SQLiteIngest(SqlStore):
                     results.append(exc)
                 except (sqlite3.Error, KeyError) as exc:
                     conn.execute("ROLLBACK TO report")
+                    self._memo.forget(("sent", item.job.id, item.report.identity.rank))
+                    self._memo.forget(("commands", item.job.id))
                     if before is None:
                         self._remembered.pop(item.job.id, None)
                     else:
@@ -96,16 +111,21 @@ class SQLiteIngest(SqlStore):
         job = self._job_in(conn, item.job.id)
         report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
         check_metric_names(job, job.last_metrics, (w.name for w in report.metrics), self.max_metric_names)
-        # one statement stores the report and says whether it is its rank's newest (no row: a duplicate)
+        sent_key = ("sent", job.id, identity.rank)
+        last_sent = self._memo.get(sent_key)
+        if last_sent is MISS:
+            row = conn.execute(_LAST_SENT_SQL, (job.id, identity.rank)).fetchone()
+            last_sent = None if row is None else row[0]
+            self._memo.put(sent_key, last_sent)
+        # newest: no report of its rank was sent later (by the reporter's clock)
+        newest = last_sent is None or report.sent_at >= last_sent
         inserted = conn.execute(
-            _REPORT_SQL,
-            (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, progress.step,
-             report.sent_at, job.id, identity.rank),
-        ).fetchone()  # fmt: skip
-        if inserted is None:
-            return IngestResult(job=job, duplicate=True, commands=tuple(self._pending(conn, job.id)))
-        newest = bool(inserted[0])
+            _REPORT_SQL, (job.id, report.run_id, identity.rank, report.seq, now, report.sent_at, progress.step, newest)
+        ).rowcount
+        if not inserted:  # a duplicate
+            return IngestResult(job=job, duplicate=True, commands=self._pending(conn, job.id))
         if newest:
+            self._memo.put(sent_key, report.sent_at)
             gpus = json.dumps([g.to_dict() for g in report.gpus]) if report.gpus else "[]"
             conn.execute(
                 _RANK_SQL,
@@ -123,6 +143,7 @@ class SQLiteIngest(SqlStore):
             )
         events: tuple[Event, ...] = ()
         if report.acks:
+            self._commands_changed(job.id)
             marks = ", ".join("?" for _ in report.acks)
             acked = conn.execute(
                 f"UPDATE commands SET acked_at = ? WHERE job_id = ? AND acked_at IS NULL AND id IN ({marks}) "
@@ -139,14 +160,23 @@ class SQLiteIngest(SqlStore):
         return IngestResult(
             job=fresh,
             duplicate=False,
-            commands=tuple(self._pending(conn, job.id)),
+            commands=self._pending(conn, job.id),
             new_points=report.metrics,
             sample=sample,
             events=events,
         )
 
-    def _pending(self, conn: sqlite3.Connection, job_id: int) -> list[Command]:
-        return [Command(id=r[0], kind=r[1], reason=r[2]) for r in conn.execute(PENDING_SQL, (job_id,)).fetchall()]
+    def _pending(self, conn: sqlite3.Connection, job_id: int) -> tuple[Command, ...]:
+        """A job's pending commands, from memory when no command was queued or acknowledged since last read."""
+        known: tuple[Command, ...] = self._memo.get(("commands", job_id))
+        if known is MISS:
+            rows = conn.execute(PENDING_SQL, (job_id,)).fetchall()
+            known = tuple(Command(id=r[0], kind=r[1], reason=r[2]) for r in rows)
+            self._memo.put(("commands", job_id), known)
+        return known
+
+    def _commands_changed(self, job_id: int) -> None:
+        self._memo.forget(("commands", job_id))
 
     def ingest_status(self, job: Job, status: TrainerStatus, now: float) -> IngestResult:
         """Store an upstream status: progress, ETA and every numeric metric as a one-value window."""
