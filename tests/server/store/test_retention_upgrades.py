@@ -15,7 +15,7 @@ import pytest
 from legacy_schemas import OldDatabase, newest
 
 from stepwatch.server.store import StoreError
-from stepwatch.server.store.migrations import SCHEMA_VERSION, postgres_version
+from stepwatch.server.store.migrations import SCHEMA_VERSION, plan, postgres_version
 from stepwatch.server.views.history import downsampled
 
 pytestmark = pytest.mark.both_stores
@@ -209,3 +209,42 @@ def test_db_stats_reads_either_database(old: OldDatabase, capsys: pytest.Capture
     assert "compacted " in capsys.readouterr().out
     assert main(["db", "stats", *where]) == 0
     assert "nlp" in capsys.readouterr().out
+
+
+def test_a_database_of_version_9_keeps_every_window_in_step_order_without_its_index_by_step(
+    old: OldDatabase,
+) -> None:
+    """Version 10 drops ``points_by_metric`` (windows are indexed in arrival order only; step-order reads
+    sort what they read): a file this code wrote at 9 keeps every window, late ones still read in step order."""
+    old.migrate_to(newest(old.backend))  # the shared 8, then 9 as this code ran it
+    ((nine, statements),) = [step for step in plan(old.backend, 8) if step[0] == 9]
+    for sql in statements:
+        old.executemany(sql, [()])
+    old.executemany(
+        "UPDATE stepwatch_schema SET version = ?" if old.backend == "postgres" else "PRAGMA user_version = 9",
+        [(nine,)] if old.backend == "postgres" else [()],
+    )
+    fill(old, 8)
+    late = [(30, 103.0, 3.0), (10, 101.0, 1.0), (20, 102.0, 2.0), (20, 104.0, 2.5), (10, 101.0, 1.5)]
+    old.executemany(
+        "INSERT INTO points (job_id, metric, step, t, last, min, max, mean, count, nonfinite) "
+        "VALUES (1, 'acc', ?, ?, ?, ?, ?, ?, 1, 0)",
+        [(step, t, v, v, v, v) for step, t, v in late],
+    )
+    assert "points_by_metric" in str(old.describe())
+    store = old.open()
+    try:
+        assert shared_version(old) == SCHEMA_VERSION
+        assert "points_by_metric" not in str(old.describe())
+        assert [(p.step, p.t, p.last) for p in store.series(1, "acc")] == [
+            (10, 101.0, 1.0),
+            (10, 101.0, 1.5),  # the same step and time: in arrival order
+            (20, 102.0, 2.0),
+            (20, 104.0, 2.5),
+            (30, 103.0, 3.0),
+        ]
+        columns = store.series_columns(1, "loss")
+        assert columns.steps == list(range(1, WINDOWS + 1)) and sum(columns.nonfinites) == 1
+        assert store.metric_names(1) == ["acc", "loss"]
+    finally:
+        store.close()

@@ -5,8 +5,8 @@ declaration (:mod:`.schema`: every table, column and index names its ``since``);
 only what the declaration cannot say, per database and only where the SQL really differs (SQLite's
 write log dropped). So each migration is declared once, and :func:`plan` gives a database at any version the
 statements it lacks, one transaction per version. A database without tables is created as the
-declaration stands now. Migrations only add, except the drop of a table that never held user data;
-no upgrade loses data.
+declaration stands now. Migrations only add, except the drop of a table that never held user data
+and of an index (10); no upgrade loses data.
 
 SQLite keeps the version in ``PRAGMA user_version``, PostgreSQL in the table ``stepwatch_schema``.
 The numbers are SQLite's: before the two stores shared them, PostgreSQL counted its own (1 to 5),
@@ -53,6 +53,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         only={"sqlite": ("DROP TABLE IF EXISTS write_log",)},
     ),
     Migration(9, "the mean of every metric's latest window, beside its last value (a list's steadier loss)"),
+    Migration(
+        10,
+        "windows indexed once, in arrival order: the index of points by step dropped (step-order reads sort "
+        "what they read; an index holds no data)",
+        only=dict.fromkeys(("sqlite", "postgres"), ("DROP INDEX IF EXISTS points_by_metric",)),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -328,7 +328,9 @@ INDEXES: tuple[Index, ...] = (
     Index("jobs_by_updated", "jobs", ("updated_at",), since=2),
     Index("jobs_by_health", "jobs", ("health",), since=5, only="postgres"),
     Index("reports_progress", "reports", ("job_id", "rank", "received_at")),
-    Index("points_by_metric", "points", ("job_id", "metric", "step", "t")),
+    # a series in arrival order (roll-ups, retention, step-order reads sorted after): SQLite's index holds
+    # (job_id, metric, rowid); PostgreSQL's key is the same. The index by step that both had until
+    # version 10 cost each window a second index entry (migrations.py)
     Index("points_by_arrival", "points", ("job_id", "metric"), since=2, only="sqlite"),
     # a job's pending commands, oldest first: SQLite's index came first and stays as it was made
     Index("commands_pending", "commands", ("job_id", "acked_at"), only="sqlite"),

@@ -11,8 +11,11 @@ the same way.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from itertools import islice
+from typing import Any
 
 from . import rollups
 from .base import Compaction, ProgressSample, SeriesColumns, SeriesPoint
@@ -24,9 +27,18 @@ from .sql_store import SqlStore
 __all__ = ["SqlHistory"]
 
 _SERIES_SQL = (
-    "SELECT step, t, last, min, max, mean, count, nonfinite FROM points WHERE job_id = ? AND metric = ? "
-    "ORDER BY step, t, rowid"
+    "SELECT step, t, last, min, max, mean, count, nonfinite FROM points WHERE job_id = ? AND metric = ? ORDER BY rowid"
 )
+"""A series' windows in arrival order, the one order ``points`` is indexed in (see :func:`_step_order`)."""
+
+
+def _step_order(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Windows read in arrival order, in step order: by step, then time, then arrival (``ORDER BY step, t,
+    rowid``). Arrival order is step order for a job that only steps forward: checked, not sorted, then."""
+    keys = [(r[0], r[1]) for r in rows]
+    if all(map(operator.le, keys, islice(keys, 1, None))):
+        return rows
+    return sorted(rows, key=operator.itemgetter(0, 1))  # stable: arrival order among equal keys
 
 
 class SqlHistory(SqlStore):
@@ -34,7 +46,7 @@ class SqlHistory(SqlStore):
 
     def series_columns(self, job_id: int, metric: str) -> SeriesColumns:
         """Every window of a metric, in step order, as columns (no object per window: fast for long series)."""
-        rows = self._read(self._sql(_SERIES_SQL), (job_id, metric))
+        rows = _step_order(self._read(self._sql(_SERIES_SQL), (job_id, metric)))
         if not rows:
             return SeriesColumns([], [], [], [], [], [], [], [])
         steps, times, lasts, mins, maxs, means, counts, nonfinites = (list(c) for c in zip(*rows))
@@ -44,7 +56,7 @@ class SqlHistory(SqlStore):
 
     def series(self, job_id: int, metric: str) -> list[SeriesPoint]:
         """Every window of a metric, in step order."""
-        rows = self._read(self._sql(_SERIES_SQL), (job_id, metric))
+        rows = _step_order(self._read(self._sql(_SERIES_SQL), (job_id, metric)))
         return [SeriesPoint(r[0], r[1], load_float(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows]
 
     def history_columns(self, job_id: int, metric: str, max_points: int) -> SeriesColumns:
