@@ -1,9 +1,10 @@
 """Health judged incrementally at ingest (issue 31) says what it said before, at the same report.
 
 The per-report shortcuts of the health path (rank 0's report interval as a running median, a calm verdict
-settled once while it holds) must not move a verdict to a later report nor change its words: a NaN is
-judged at the report that carries it, a standstill at the first report or sweep past its limit, and every
-verdict equals the one a tracker gives when it settles each verdict afresh.
+settled once while it holds, a rank's p99 step time kept while its tail does not change) must not move a
+verdict to a later report nor change its words: a NaN is judged at the report that carries it, a standstill
+at the first report or sweep past its limit, and every verdict equals the one a tracker gives when it
+settles each verdict afresh.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from stepwatch.protocol import MetricWindow
 from stepwatch.server.analysis.health import HealthTracker, Verdict
 from stepwatch.server.analysis.health_params import HealthParams
+from stepwatch.server.analysis.stall import RankPlaces, StallKnobs
 from stepwatch.server.analysis.stall_rules import StallRules
 from stepwatch.server.ingest.health_monitor import SWEEP_EVERY_S, HealthMonitor, HealthUpdate
 from stepwatch.server.store import IngestResult, Job
@@ -148,3 +150,21 @@ def test_every_verdict_equals_one_settled_afresh() -> None:
             assert (a.state, a.since, a.evidence) == (b.state, b.since, b.evidence), (k, now)
             judged += 1
     assert judged == 2700
+
+
+def test_a_ranks_p99_follows_its_new_step_times() -> None:
+    """The p99 read at every verdict while a rank stands is kept; a new step time or a restart renews it."""
+    rng = random.Random(99)
+    places = RankPlaces(StallKnobs(tail_memory=64))
+    times: list[float] = []
+    for k in range(300):
+        if k == 150:
+            places.restart(0)
+            times = []
+        step_time = rng.expovariate(1.0) * (5 if k % 40 == 0 else 1)
+        places.moved(float(k), 0, step_time)
+        times = [*times, step_time][-64:]
+        afresh = RankPlaces(StallKnobs(tail_memory=64))
+        for s in times:
+            afresh.moved(0.0, 0, s)
+        assert places.p99(0) == places.p99(0) == afresh.p99(0)

@@ -145,12 +145,14 @@ class _Place:
         "shares_t",
         "smooth",
         "tail",
+        "tail_p99",
     )
 
     def __init__(self, memory: int) -> None:
         self.sampling = False
         self.reading: Reading | None = None
         self.tail: deque[float] = deque(maxlen=memory)
+        self.tail_p99: float | None = None  # the p99 of tail once read (None: not since the tail last changed)
         self.longest = 0.0  # the longest save or evaluation the rank finished (seconds)
         self.patient_since: float | None = None  # server time its current save or evaluation began
         self.resumed: float | None = None  # server time a save or an evaluation ended within its current stand
@@ -240,12 +242,14 @@ class RankPlaces:
         place.resumed = None
         if step_time is not None and step_time >= 0 and math.isfinite(step_time):
             place.tail.append(step_time)
+            place.tail_p99 = None
 
     def restart(self, rank: int) -> None:
         """A rank's step went back (a resume from a checkpoint): its step times are learnt afresh."""
         place = self._places.get(rank)
         if place is not None:
             place.tail.clear()
+            place.tail_p99 = None
             place.reading = None
             place.patient_since = None
             place.resumed = None
@@ -300,11 +304,14 @@ class RankPlaces:
         place = self._places.get(rank)
         if place is None or not place.tail:
             return None
+        if place.tail_p99 is not None:
+            return place.tail_p99  # read at every verdict while the rank stands; its tail changes when it steps
         ordered = sorted(place.tail)
         at = 0.99 * (len(ordered) - 1)  # interpolated, as numpy's default: with fewer than 100 step times
         low = math.floor(at)  # the longest alone would make one freak step the whole allowance
         high = min(low + 1, len(ordered) - 1)
-        return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+        place.tail_p99 = ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+        return place.tail_p99
 
     def resumed(self, rank: int) -> float | None:
         """When a save or an evaluation ended within the rank's current stand (server time; ``None``: none
