@@ -649,16 +649,19 @@ def test_a_batch_of_reports_of_one_job_builds_on_each_other(
 def test_a_failing_report_in_a_batch_fails_alone(store: Store, report: Callable[..., Report]) -> None:
     job = store.register("ns", "a", token_hash="h", now=10.0)
     ghost = dataclasses.replace(job, id=10_000, name="ghost")
-    ok, missing, ok_again = store.ingest_reports(
+    (ok, missing, ok_again), events = store.with_events(
+        store.ingest_reports,
         [
             PendingReport(job, report(1, 1, {"loss": 1.0}), 20.0),
             PendingReport(ghost, report(1, 1, {"loss": 1.0}), 20.0),
             PendingReport(job, report(2, 2, {"loss": 0.9}), 21.0),
-        ]
+        ],
     )
     assert isinstance(ok, IngestResult) and isinstance(missing, StoreError) and "ns/ghost" in str(missing)
     assert isinstance(ok_again, IngestResult) and ok_again.job.step == 2
     assert [p.step for p in store.series(job.id, "loss")] == [1, 2]
+    # the events it gathered are those stored (SQLite writes the batch again after a failure: once each)
+    assert events == store.events(job_id=job.id)[1:] and [e.kind for e in events] == ["running"]
 
 
 def test_an_upstream_status_of_a_job_not_in_the_database_is_a_store_error(store: Store) -> None:

@@ -1,8 +1,11 @@
 """How the SQLite store writes reports: a batch of native ones, and an upstream status.
 
 Everything runs in the store's one write transaction (one writer: statements are plain calls into a
-library, cheap, each its own). A batch is one transaction, each report in a savepoint of its own so
-that a failure stays its own. A native report is stored once, by run, rank and seq (a duplicate
+library, cheap, each its own). A batch is one transaction; a failure stays its own: when a report
+cannot be stored (its job deleted meanwhile, a disk error) the transaction is rolled back and the
+batch written again with each report in a savepoint of its own (savepoints at every report cost two
+statements of seven). Windows counted for roll-up folds by the attempt rolled back are only folded
+later (a read folds what ingest has not). A native report is stored once, by run, rank and seq (a duplicate
 changes nothing and is answered with the pending commands); its rank's newest state is replaced only
 by a newer report by the reporter's clock; its windows become points. What the report then changes
 in the job's row is decided by :mod:`.job_updates`, the same for both stores.
@@ -55,6 +58,10 @@ _RANK_SQL = (
 )
 
 
+class _Failed(Exception):
+    """A report of a batch written without savepoints could not be stored (the batch is written again)."""
+
+
 class WouldWait(Exception):
     """A write that was asked not to wait found the write lock taken (by another thread or program)."""
 
@@ -84,6 +91,28 @@ class SQLiteIngest(SqlStore):
             return None
 
     def _ingest_batch(self, batch: Sequence[PendingReport], wait: bool) -> list[IngestResult | StoreError]:
+        """The batch in one transaction without savepoints (two statements a report fewer); when a report
+        cannot be stored, the transaction is rolled back and the batch written again, each report in a
+        savepoint of its own (:meth:`_ingest_in_savepoints`)."""
+        sink = self._gathering()
+        mark = 0 if sink is None else len(sink)
+        try:
+            with self._write(wait=wait) as conn:
+                return [self._write_or_fail(conn, item) for item in batch]
+        except _Failed:
+            if sink is not None:
+                del sink[mark:]  # the events of the transaction rolled back
+        return self._ingest_in_savepoints(batch, wait)
+
+    def _write_or_fail(self, conn: sqlite3.Connection, item: PendingReport) -> IngestResult | StoreError:
+        try:
+            return self._write_report(conn, item)
+        except MetricLimitError as exc:  # before anything of it was written
+            return exc
+        except (sqlite3.Error, KeyError) as exc:
+            raise _Failed from exc
+
+    def _ingest_in_savepoints(self, batch: Sequence[PendingReport], wait: bool) -> list[IngestResult | StoreError]:
         results: list[IngestResult | StoreError] = []
         with self._write(wait=wait) as conn:
             for item in batch:
