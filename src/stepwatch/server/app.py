@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
+from .api.direct import DirectRoutes
 from .api.errors import ApiError, error_response, handle_api_error, handle_store_error
 from .api.guard import Guard, GuardRules
 from .api.prometheus import registry_for
@@ -119,14 +120,16 @@ def create_app(
 class _GuardedApp(Starlette):
     """A Starlette application with the :class:`Guard` outside everything, Starlette's error middleware
     included: a 500 (written by that middleware, which Starlette puts outside any middleware given to it)
-    carries the security headers as every other answer does."""
+    carries the security headers as every other answer does. The guard serves the direct routes (the
+    report endpoint, :mod:`.api.direct`) itself, without Starlette's middleware and router."""
 
     def __init__(self, rules: GuardRules, **options: Any) -> None:
         self.guard_rules = rules
         super().__init__(**options)
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Guard(super().build_middleware_stack(), rules=self.guard_rules)
+        direct = DirectRoutes(self.routes, self.exception_handlers, debug=self.debug)
+        return Guard(super().build_middleware_stack(), rules=self.guard_rules, direct=direct)
 
 
 def _services(settings: ServerSettings, store: Store, clock: Callable[[], float]) -> Services:

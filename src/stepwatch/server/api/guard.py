@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from .direct import DirectRoutes
 from .errors import error_response
 
 __all__ = ["KUBEFLOW_PREFIX", "SECURITY_HEADERS", "Guard", "GuardRules", "host_name"]
@@ -145,9 +146,11 @@ class GuardRules:
 class Guard:
     """The middleware: refuses what :class:`GuardRules` refuses and adds :data:`SECURITY_HEADERS` to every answer."""
 
-    def __init__(self, app: App, rules: GuardRules) -> None:
+    def __init__(self, app: App, rules: GuardRules, direct: DirectRoutes | None = None) -> None:
         self.app = app
         self.rules = rules
+        self.direct = direct
+        """The routes served without ``app``'s middleware and router (:mod:`.direct`), once the checks passed."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -168,5 +171,10 @@ class Guard:
         if refused is not None:
             response = error_response(*refused)
             await response(scope, receive, send_with_headers)
+            return
+        found = self.direct.find(scope) if self.direct is not None else None
+        if found is not None:
+            assert self.direct is not None
+            await self.direct.serve(found, scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)

@@ -7,11 +7,12 @@ import hmac
 from typing import Any
 
 import anyio
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
 
 from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
 from ..services import Services
-from ..store import Job
+from ..store import Job, Store
 from ..store.offload import blocking
 from .auth import Authenticator, Identity, forbidden, hash_token
 from .errors import ApiError
@@ -30,6 +31,7 @@ reach beyond 64 bits; the digits of a fraction may not)."""
 __all__ = [
     "authenticator",
     "authorize",
+    "bearer_of",
     "bearer_token",
     "decode_json",
     "fast_json_loads",
@@ -37,10 +39,12 @@ __all__ = [
     "identify",
     "read_body",
     "read_json",
+    "receive_body",
     "require",
     "require_job",
     "require_writer",
     "services",
+    "writer_of",
 ]
 
 
@@ -64,7 +68,15 @@ async def read_json(request: Request, limit: int = LIMITS.max_body_bytes) -> Any
 
 async def read_body(request: Request, limit: int = LIMITS.max_body_bytes) -> bytes:
     """The request body, read at most ``limit`` bytes far (413 beyond; 408 when it comes too slowly)."""
-    declared = request.headers.get("content-length")
+    timeout: float = request.app.state.settings.body_timeout_s
+    return await receive_body(request.receive, request.headers.get("content-length"), timeout, limit)
+
+
+async def receive_body(
+    receive: Receive, declared: str | None, timeout: float, limit: int = LIMITS.max_body_bytes
+) -> bytes:
+    """What :func:`read_body` reads, from an ASGI ``receive`` and the request's ``Content-Length`` (``declared``):
+    the routes served without a ``Request`` (:mod:`.direct`) read their bodies with it."""
     if declared is not None:
         try:
             too_big = int(declared) > limit
@@ -73,27 +85,37 @@ async def read_body(request: Request, limit: int = LIMITS.max_body_bytes) -> byt
         if too_big:
             raise ApiError(413, f"body is {declared} bytes; the limit is {limit} bytes (64 KiB)")
     body = bytearray()
-    timeout = request.app.state.settings.body_timeout_s
     try:
         # a client sending a byte now and then must not hold a request for good; asyncio's own timeout
         # (Python 3.11+, the server runs on asyncio) costs a third of anyio's cancel scope, every request
         if _asyncio_timeout is not None:
             async with _asyncio_timeout(timeout):
-                await _read_into(body, request, limit)
+                await _read_into(body, receive, limit)
         else:  # pragma: no cover - Python 3.10
             with anyio.fail_after(timeout):
-                await _read_into(body, request, limit)
+                await _read_into(body, receive, limit)
     except TimeoutError:
         message = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
         raise ApiError(408, message, headers={"Connection": "close"}) from None
     return bytes(body)
 
 
-async def _read_into(body: bytearray, request: Request, limit: int) -> None:
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, f"body is over the limit of {limit} bytes (64 KiB)")
+async def _read_into(body: bytearray, receive: Receive, limit: int) -> None:
+    """The body's messages, as Starlette's ``Request.stream`` reads them (a disconnect: ``ClientDisconnect``),
+    without its generator."""
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                body += chunk
+                if len(body) > limit:
+                    raise ApiError(413, f"body is over the limit of {limit} bytes (64 KiB)")
+            if not message.get("more_body", False):
+                return
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
 
 
 _asyncio_timeout = getattr(asyncio, "timeout", None)
@@ -146,7 +168,7 @@ def check_name(value: str, what: str) -> str:
 
 async def require_job(request: Request, namespace: str, name: str) -> Job:
     """The latest attempt of the job named in the path, or 404."""
-    job = await _find_job(request, namespace, name)
+    job = await _find_job(services(request).store, namespace, name)
     if job is None:
         raise _job_not_found(namespace, name)
     return job
@@ -155,17 +177,24 @@ async def require_job(request: Request, namespace: str, name: str) -> Job:
 def bearer_token(request: Request) -> str | None:
     """The request's bearer token (``Authorization: Bearer <token>``, the scheme in any case, spaces around
     it as upstream Kubeflow's ``extractRawToken`` allows), or ``None``."""
-    scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+    return bearer_of(request.headers.get("authorization"))
+
+
+def bearer_of(header: str | None) -> str | None:
+    """The bearer token of an ``Authorization`` header's value (see :func:`bearer_token`), or ``None``."""
+    scheme, _, token = (header or "").strip().partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
 
 
 async def authorize(request: Request, job: Job) -> None:
     """403 unless the request carries the job's own write token."""
-    token = bearer_token(request)
+    await _authorize(services(request).store, job, bearer_token(request))
+
+
+async def _authorize(store: Store, job: Job, token: str | None) -> None:
     if token is None:
         raise ApiError(403, f"a bearer token is required to write to job {job.key}")
-    store = services(request).store
     expected = store.cached_token_hash(job.id)
     if expected is None:
         expected = await blocking(store.token_hash, job.id)
@@ -173,10 +202,9 @@ async def authorize(request: Request, job: Job) -> None:
         raise ApiError(403, f"this token cannot write to job {job.key}")
 
 
-async def _find_job(request: Request, namespace: str, name: str) -> Job | None:
+async def _find_job(store: Store, namespace: str, name: str) -> Job | None:
     check_name(namespace, "namespace")
     check_name(name, "job")
-    store = services(request).store
     return store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
 
 
@@ -198,17 +226,22 @@ async def require_writer(request: Request, namespace: str, name: str, *, hide_mi
     is a helpful 404 there.
     """
     hide = authenticator(request).enabled if hide_missing is None else hide_missing
+    return await writer_of(services(request).store, namespace, name, bearer_token(request), hide=hide)
+
+
+async def writer_of(store: Store, namespace: str, name: str, token: str | None, *, hide: bool) -> Job:
+    """What :func:`require_writer` decides, from the request's bearer token (``None``: none): the routes served
+    without a ``Request`` (:mod:`.direct`) check their writers with it."""
     job = None
     if not hide or (is_valid_name(namespace) and is_valid_name(name)):
-        job = await _find_job(request, namespace, name)  # 404 for an impossible name when not hiding
+        job = await _find_job(store, namespace, name)  # 404 for an impossible name when not hiding
     if job is None and not hide:
         raise _job_not_found(namespace, name)
-    key = f"{namespace[:63]}/{name[:63]}"
-    if bearer_token(request) is None:
-        raise ApiError(403, f"a bearer token is required to write to job {key}")
+    if token is None:
+        raise ApiError(403, f"a bearer token is required to write to job {namespace[:63]}/{name[:63]}")
     if job is None:
-        raise ApiError(403, f"this token cannot write to job {key}")  # as for a wrong token
-    await authorize(request, job)
+        raise ApiError(403, f"this token cannot write to job {namespace[:63]}/{name[:63]}")  # as for a wrong token
+    await _authorize(store, job, token)
     return job
 
 

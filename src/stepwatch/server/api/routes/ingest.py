@@ -14,20 +14,27 @@ from ....protocol import ProtocolError, Report, ReportResponse, TrainerStatus
 from ...ingest.service import ingest_report, ingest_status
 from ...services import Services
 from ...store import Job, MetricLimitError
+from ..direct import Receive, Scope, Send, direct, first_headers, send_json
 from ..errors import ApiError
-from ..request import decode_json, read_body, read_json, require_writer, services
-from ..responses import FastJSONResponse
+from ..request import bearer_of, decode_json, read_body, receive_body, require_writer, services, writer_of
 from .pod_tokens import job_for_pod, pod_bearer
 
 __all__ = ["routes"]
 
 
-async def report(request: Request) -> JSONResponse:
-    """``POST /api/v1/namespaces/{namespace}/jobs/{name}/reports``: one rank's report."""
-    job = await require_writer(request, request.path_params["namespace"], request.path_params["name"])
-    svc = services(request)
+@direct
+async def report(scope: Scope, receive: Receive, send: Send) -> None:
+    """``POST /api/v1/namespaces/{namespace}/jobs/{name}/reports``: one rank's report.
+
+    A direct endpoint (:mod:`..direct`): every rank of every job calls it every 2 s."""
+    state, params = scope["app"].state, scope["path_params"]
+    svc: Services = state.services
+    head = first_headers(scope, _REPORT_HEADERS)
+    token = bearer_of(head[b"authorization"].decode("latin-1")) if b"authorization" in head else None
+    job = await writer_of(svc.store, params["namespace"], params["name"], token, hide=state.auth.enabled)
     _not_held_back(svc, job)
-    data = await read_json(request)
+    declared = head[b"content-length"].decode("latin-1") if b"content-length" in head else None
+    data = decode_json(await receive_body(receive, declared, state.settings.body_timeout_s))
     try:
         parsed = Report.from_dict(data)
     except ProtocolError as exc:
@@ -37,8 +44,10 @@ async def report(request: Request) -> JSONResponse:
     except MetricLimitError as exc:
         raise _over_limit(svc, exc) from None
     svc.stats["duplicates" if done.duplicate else "reports"] += 1
-    answer = ReportResponse(accepted_seq=parsed.seq, commands=done.commands)
-    return FastJSONResponse(answer.to_dict())
+    await send_json(send, ReportResponse(accepted_seq=parsed.seq, commands=done.commands).to_dict())
+
+
+_REPORT_HEADERS = frozenset({b"authorization", b"content-length"})
 
 
 async def trainer_status(request: Request) -> JSONResponse:
