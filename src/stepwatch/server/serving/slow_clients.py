@@ -56,9 +56,18 @@ def _head_too_large() -> bytes:
 
 class _BoundedHead(_ProtocolBase):
     """The bounds above, mixed into uvicorn's httptools protocol by :func:`protocol_class` (a mixin, as httptools
-    is optional: the module imports without it)."""
+    is optional: the module imports without it).
+
+    A head's bound is kept by one timer per connection, armed lazily: a request notes when its head began
+    (``_head_since``) and its end clears it; the timer, once armed, is not moved at every request but, when
+    it fires, cuts the connection if a head has stood its whole bound, re-arms itself for the end of the
+    bound of a head that began later, or rests until the next head. A head is cut when its bound ends, as
+    with a timer per request, and a kept-alive connection sending a report every 2 s makes no timer a
+    request (a timer set and cancelled each request cost several microseconds of the loop's time)."""
 
     _head_timer: asyncio.TimerHandle | None = None
+    _head_since: float | None = None
+    """When the request head now awaited began (``None``: none is awaited)."""
     _head_bytes = 0
     _linger_timer: asyncio.TimerHandle | None = None
     _linger_until = 0.0
@@ -72,16 +81,19 @@ class _BoundedHead(_ProtocolBase):
         if self._linger_timer is not None:
             self._linger_more()  # the rest of a body nobody reads: dropped
             return
-        if self._head_timer is not None:
+        if self._head_since is not None:
             # feed no more than the head may still take: if the headers end inside it, the parser
             # says so (on_headers_complete) and what follows is the body, not counted
             room = MAX_HEAD_BYTES - self._head_bytes
-            head, data = data[:room], data[room:]
+            if len(data) > room:
+                head, data = data[:room], data[room:]
+            else:
+                head, data = data, b""
             self._head_bytes += len(head)
             super().data_received(head)
             if not data or self.transport.is_closing():
                 return
-            if self._head_timer is not None:
+            if self._head_since is not None:
                 self._refuse_head()
                 return
         super().data_received(data)
@@ -91,9 +103,7 @@ class _BoundedHead(_ProtocolBase):
         self._await_head()
 
     def on_headers_complete(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self._head_since = None
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -106,21 +116,32 @@ class _BoundedHead(_ProtocolBase):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._linger_timer = None
+        self._head_since = None
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
-        if self._head_timer is None and self._linger_timer is None:
+        if self._head_since is None and self._linger_timer is None:
             self._head_bytes = 0
-            self._head_timer = self.loop.call_later(
-                self._head_timeout_s,
-                self._cut,
-                f"its request headers did not arrive within {self._head_timeout_s:g} s",
-            )
+            self._head_since = self.loop.time()
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_at(self._head_since + self._head_timeout_s, self._head_due)
+
+    def _head_due(self) -> None:
+        """The head timer fired: cut a head that has stood its bound, wait for the end of a later one's."""
+        self._head_timer = None
+        if self._head_since is None:
+            return  # no head awaited: armed again by the next one
+        due = self._head_since + self._head_timeout_s
+        if self.loop.time() >= due:
+            self._cut(f"its request headers did not arrive within {self._head_timeout_s:g} s")
+        else:
+            self._head_timer = self.loop.call_at(due, self._head_due)
 
     def _refuse_head(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        self._head_since = None
         _log.info("answered 431 to %s: its request headers are over 64 KiB", self.client)
         self.transport.write(_head_too_large())
         self._linger()
@@ -142,8 +163,13 @@ class _BoundedHead(_ProtocolBase):
         self._linger_timer = self.loop.call_at(at, self._cut, "")
 
     def _cut(self, why: str) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
         self._head_timer = None
         self._linger_timer = None
+        self._head_since = None
         if not self.transport.is_closing():
             if why:
                 _log.info("closed the connection of %s: %s", self.client, why)
