@@ -56,3 +56,47 @@ def test_the_fast_reading_equals_the_standard_one_for_random_numbers() -> None:
         standard = decode_body(body)
         fast = decode_body(body, fast_json_loads)
         assert json.dumps(fast) == json.dumps(standard), body  # type-exact (an int stays an int)
+
+
+def _long_integer_by_definition(body: bytes) -> bool:
+    """The definition the server's search keeps: a run of 19 digits or more, at the start of the body or after
+    a byte that is neither a digit nor a dot (its first reading, a substring search for that shape)."""
+    shape = bytes(48 if 48 <= c <= 57 else 46 if c == 46 else 32 for c in body)
+    return b" " + b"0" * 19 in shape or shape.startswith(b"0" * 19)
+
+
+def test_the_search_for_long_integers_finds_what_its_definition_says() -> None:
+    from stepwatch.server.api.request import _long_integer
+
+    rng = random.Random(7)
+    pieces = ["0", "7", ".", " ", "-", "e", "x", '"', ",", "[", "]"]
+    for _ in range(4000):
+        parts = []
+        for _ in range(rng.randint(0, 12)):
+            if rng.random() < 0.4:
+                parts.append(rng.choice("0123456789") * rng.randint(15, 24))  # runs about 19 long
+            else:
+                parts.append(rng.choice(pieces))
+        body = "".join(parts).encode()
+        assert _long_integer(body) == _long_integer_by_definition(body), body
+    for body in (*LEFT, *READ, b"1" * 19, b"." + b"1" * 19, b"." + b"1" * 40 + b"." + b"1" * 19 + b" " + b"1" * 19):
+        assert _long_integer(body) == _long_integer_by_definition(body), body
+
+
+def test_the_search_is_linear_in_a_body_of_fractions() -> None:
+    """Bodies of long fractions back to back, the worst case for a search that looks on past each run:
+    a body four times as long takes about four times as long, not sixteen."""
+    import time
+
+    from stepwatch.server.api.request import _long_integer
+
+    def cost(n: int) -> float:
+        body = (b"." + b"1" * 20) * n
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            assert not _long_integer(body)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    assert cost(3000) < 10 * cost(750)

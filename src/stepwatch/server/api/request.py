@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 from typing import Any
 
 import anyio
@@ -24,9 +25,11 @@ except ImportError:  # pragma: no cover - orjson is in the server extra
 
 _DIGIT_RUNS = bytes(48 if 48 <= c <= 57 else 46 if c == 46 else 32 for c in range(256))
 """A translation of a body that keeps its shape of digits: each digit ``0``, each ``.`` itself, the rest a space."""
-_LONG_INTEGER = b" " + b"0" * 19
-"""A run of 19 digits that does not follow a ``.`` (an integer, or a number's integer part or exponent, may
-reach beyond 64 bits; the digits of a fraction may not)."""
+_LONG_RUN = b"0" * 19
+"""19 digits in a row, in :data:`_DIGIT_RUNS`' translation: a run that does not follow a ``.`` is an integer,
+or a number's integer part or exponent, that may reach beyond 64 bits (the digits of a fraction may not)."""
+_DOT = ord(".")
+_DIGITS = re.compile(b"0+")
 
 __all__ = [
     "authenticator",
@@ -148,11 +151,19 @@ def _long_integer(body: bytes) -> bool:
     as a float (beyond 64 bits). A fraction's digits are read alike by both parsers, however many (a
     learning rate of 3e-4 is written ``0.00030000000000000003``, and every report has one or two).
 
-    A translation and a substring search: a fifth of what a regular expression took on a report
-    of 5 metric windows (3 µs against 15), less than orjson's own parse.
+    A translation, then a search for 19 digits: each run found is a long integer unless a ``.`` comes
+    before it (the digits of a fraction), and the search goes on past the run's end. Searching for the
+    19 digits alone, rather than for them after a space, takes a fraction of the time: a space is in
+    every other byte of the translated body, the 19th digit rarely (1.0 µs against 3.3 on a report of
+    5 metric windows). Linear in the body, runs of any length included.
     """
     shape = body.translate(_DIGIT_RUNS)
-    return _LONG_INTEGER in shape or shape.startswith(_LONG_INTEGER[1:])
+    at = shape.find(_LONG_RUN)
+    while at >= 0:
+        if at == 0 or shape[at - 1] != _DOT:  # the first of a run, so after a space or a dot
+            return True
+        at = shape.find(_LONG_RUN, _DIGITS.match(shape, at).end())  # type: ignore[union-attr]  # a run is there
+    return False
 
 
 def check_name(value: str, what: str) -> str:
@@ -205,6 +216,10 @@ async def _authorize(store: Store, job: Job, token: str | None) -> None:
 async def _find_job(store: Store, namespace: str, name: str) -> Job | None:
     check_name(namespace, "namespace")
     check_name(name, "job")
+    return await _lookup(store, namespace, name)
+
+
+async def _lookup(store: Store, namespace: str, name: str) -> Job | None:
     return store.cached_job(namespace, name) or await blocking(store.job, namespace, name)
 
 
@@ -233,10 +248,12 @@ async def writer_of(store: Store, namespace: str, name: str, token: str | None, 
     """What :func:`require_writer` decides, from the request's bearer token (``None``: none): the routes served
     without a ``Request`` (:mod:`.direct`) check their writers with it."""
     job = None
-    if not hide or (is_valid_name(namespace) and is_valid_name(name)):
-        job = await _find_job(store, namespace, name)  # 404 for an impossible name when not hiding
-    if job is None and not hide:
-        raise _job_not_found(namespace, name)
+    if not hide:
+        job = await _find_job(store, namespace, name)  # 404 for an impossible name
+        if job is None:
+            raise _job_not_found(namespace, name)
+    elif is_valid_name(namespace) and is_valid_name(name):
+        job = await _lookup(store, namespace, name)
     if token is None:
         raise ApiError(403, f"a bearer token is required to write to job {namespace[:63]}/{name[:63]}")
     if job is None:
