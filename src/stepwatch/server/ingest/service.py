@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ...protocol import ENDED_STATES, Command, GpuReading, Report, TrainerStatus, Where
 from ..live.broadcaster import Broadcaster
@@ -78,9 +78,9 @@ class Ingested:
     commands: tuple[Command, ...]
 
 
-@dataclass(frozen=True)
-class _Reporter:
-    """What the health analysis reads of a report beyond what the store made of it."""
+class _Reporter(NamedTuple):
+    """What the health analysis reads of a report beyond what the store made of it (a tuple: one is made
+    per report, 0.4 us where a frozen dataclass took 1.7)."""
 
     rank: int
     step: int | None
