@@ -122,10 +122,17 @@ class DirectRoutes:
         return None
 
     async def serve(
-        self, found: tuple[Route, AsgiFunction, dict[str, Any]], scope: Scope, receive: Receive, send: Send
+        self,
+        found: tuple[Route, AsgiFunction, dict[str, Any]],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        on_start: Callable[[Message], None] | None = None,
     ) -> None:
         """Serve a request :meth:`find` found; an exception is answered as Starlette's exception middleware (the
-        handler of its class) or its server-error middleware (the app's 500 handler, and raised on) would."""
+        handler of its class) or its server-error middleware (the app's 500 handler, and raised on) would.
+        ``on_start`` sees every response's start before it is sent (the guard adds its headers there)."""
         route, func, params = found
         scope["route"] = route
         scope["endpoint"] = route.endpoint
@@ -136,12 +143,14 @@ class DirectRoutes:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if on_start is not None:
+                    on_start(message)
             await send(message)
 
         try:
             await func(scope, receive, sender)
         except Exception as exc:
-            await self._answer(exc, started, scope, receive, send)
+            await self._answer(exc, started, scope, receive, sender)
 
     async def _answer(self, exc: Exception, started: bool, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self._handler(exc)

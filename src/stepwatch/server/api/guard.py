@@ -159,12 +159,7 @@ class Guard:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = message.setdefault("headers", [])
-                present = {name.lower() for name, _ in headers}
-                if isinstance(headers, list):
-                    headers.extend(h for h in SECURITY_HEADERS if h[0] not in present)
-                else:
-                    message["headers"] = [*headers, *(h for h in SECURITY_HEADERS if h[0] not in present)]
+                _with_security_headers(message)
             await send(message)
 
         refused = self.rules.refusal(scope["method"], dict(scope["headers"]), scope.get("path", "/"))
@@ -173,8 +168,18 @@ class Guard:
             await response(scope, receive, send_with_headers)
             return
         found = self.direct.find(scope) if self.direct is not None else None
-        if found is not None:
+        if found is not None:  # its sender adds the headers (one wrapper of send, not two)
             assert self.direct is not None
-            await self.direct.serve(found, scope, receive, send_with_headers)
+            await self.direct.serve(found, scope, receive, send, on_start=_with_security_headers)
             return
         await self.app(scope, receive, send_with_headers)
+
+
+def _with_security_headers(start: Message) -> None:
+    """Add to a response's start the security headers it does not set itself."""
+    headers = start.setdefault("headers", [])
+    present = {name.lower() for name, _ in headers}
+    if isinstance(headers, list):
+        headers.extend(h for h in SECURITY_HEADERS if h[0] not in present)
+    else:
+        start["headers"] = [*headers, *(h for h in SECURITY_HEADERS if h[0] not in present)]

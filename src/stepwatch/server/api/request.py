@@ -93,30 +93,33 @@ async def receive_body(
         # (Python 3.11+, the server runs on asyncio) costs a third of anyio's cancel scope, every request
         if _asyncio_timeout is not None:
             async with _asyncio_timeout(timeout):
-                await _read_into(body, receive, limit)
+                return await _read_into(body, receive, limit)
         else:  # pragma: no cover - Python 3.10
             with anyio.fail_after(timeout):
-                await _read_into(body, receive, limit)
+                return await _read_into(body, receive, limit)
     except TimeoutError:
         message = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
         raise ApiError(408, message, headers={"Connection": "close"}) from None
-    return bytes(body)
 
 
-async def _read_into(body: bytearray, receive: Receive, limit: int) -> None:
+async def _read_into(body: bytearray, receive: Receive, limit: int) -> bytes:
     """The body's messages, as Starlette's ``Request.stream`` reads them (a disconnect: ``ClientDisconnect``),
-    without its generator."""
+    without its generator; what came is gathered in ``body`` (a body in one message, as a report's comes, is
+    returned as it is)."""
     while True:
         message = await receive()
         kind = message["type"]
         if kind == "http.request":
             chunk = message.get("body", b"")
+            more = message.get("more_body", False)
+            if not more and not body and len(chunk) <= limit:
+                return bytes(chunk)
             if chunk:
                 body += chunk
                 if len(body) > limit:
                     raise ApiError(413, f"body is over the limit of {limit} bytes (64 KiB)")
-            if not message.get("more_body", False):
-                return
+            if not more:
+                return bytes(body)
         elif kind == "http.disconnect":
             raise ClientDisconnect()
 
