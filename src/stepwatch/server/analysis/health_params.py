@@ -134,6 +134,23 @@ class HealthParams:
     ``noise_z``): the test runs once per block, and on a flat loss one test in forty reached 2 by
     chance and sent the confirmation back to its start (the worst 20 min job: 12.2 % of its plan with
     2, 9.7 % with 3). ``noise_z``: off."""
+    first_keep_z: float = 3.0
+    """While a plateau whose confirmation began in the segment's first ``first_windows`` windows is being
+    confirmed (a loss flat from its start), only an improvement of this many standard errors ends the
+    confirmation (a Student-t quantile, as ``noise_z``), ``min_delta`` or not: at 4 steps/s, one test a
+    little over ``min_delta`` (1 %) at 1-2 standard errors sent the confirmation of a 1 h job back to
+    its start (20 of 100 such jobs flagged past 10 % of their plan; 0 with this and ``first_confirm``,
+    docs/health.md). A healthy job learns clearly in its first windows, so it is seldom confirming a
+    plateau there: the default set's healthy jobs are flagged as before. 0: off."""
+    first_confirm: float = 0.25
+    """The confirmation (a share of the window, as ``plateau_confirm``) of a plateau whose confirmation
+    began in the segment's first ``first_windows`` windows, when shorter: a first window is tested from
+    ``plateau_first_share`` (0.75) of it, so with 0.4 a loss flat from its start was flagged at 1.15
+    windows, 8 % of a plan whose window is 7 % of it, and a wander of its first tests of more than a
+    minute made a 1 h job at 4 steps/s late. 0: off."""
+    first_windows: float = 1.5
+    """The segment's first windows, for ``first_keep_z`` and ``first_confirm``: they cover the first tests
+    (from 0.75 window) and a confirmation begun after a first test or two that read learning."""
     evidence_steps: int = 3000
     """Steps of evidence in a window for ``evidence_confirm`` and ``noise_keep_z``: a job at 50 steps/s
     has 4,200 in the 84 s window of a 20 min plan; the benchmark's jobs at 4 steps/s have 840-2,400 per

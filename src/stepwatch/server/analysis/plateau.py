@@ -141,6 +141,8 @@ class PlateauDetector:
         p = self.params
         window = test.window
         confirm = (p.evidence_confirm if test.steps >= p.evidence_steps else p.plateau_confirm) * window
+        if p.first_confirm and self._confirming_first(window):
+            confirm = min(confirm, p.first_confirm * window)
         # a plateau ends only on evidence: an improvement beyond the noise (1 % in noise of 2 % is
         # no evidence), held for the confirmation too (no flapping on one lucky test)
         holding = not self.flat and self._hold_t is not None and test.keeps_learning is not None
@@ -181,14 +183,23 @@ class PlateauDetector:
         """Steps since the end of the block before block ``i`` (the first block's end for 0)."""
         return self._step - (self._s[i - 1] if i > 0 else self._s[0])
 
-    def _learning_z(self, steps: int) -> float:
+    def _learning_z(self, steps: int, first: bool) -> float:
         """Standard errors of improvement that count as learning under ``min_delta``: ``noise_z``, or
         ``noise_keep_z`` while a plateau of a window of ``evidence_steps`` steps or more is being
         confirmed: with a test per block, one in forty reaches ``noise_z`` on a flat loss by chance, and
-        that sent the confirmation back to its start."""
+        that sent the confirmation back to its start; ``first_keep_z`` (``first``) while a plateau from the
+        segment's start is."""
         p = self.params
+        if first:
+            return p.first_keep_z
         confirming = not self.flat and self._hold_t is not None and steps >= p.evidence_steps
         return p.noise_keep_z if confirming else p.noise_z
+
+    def _confirming_first(self, window: float) -> bool:
+        """A plateau whose confirmation began in the segment's first ``first_windows`` windows is being
+        confirmed."""
+        hold = self._hold_t
+        return not self.flat and hold is not None and hold - self._start < self.params.first_windows * window
 
     def _tested_span(self, t: float, window: float) -> float | None:
         """The span the test covers: the window, or, for a first window of ``first_share_steps`` steps or
@@ -270,8 +281,10 @@ class PlateauDetector:
         gain = (m_old - m_new) * unit / lag
         se_old, se_new = sigma / math.sqrt(n_old), sigma / math.sqrt(n_new)
         se = math.hypot(se_old, se_new) * abs(unit) / lag
-        significant = gain >= _student(self._learning_z(self._steps_since(i_last)), dof) * se
-        learning = significant or gain >= p.min_delta
+        # while a plateau from the start is being confirmed, min_delta alone ends nothing (first_keep_z)
+        first = p.first_keep_z > 0 and self._confirming_first(window)
+        significant = gain >= _student(self._learning_z(self._steps_since(i_last), first), dof) * se
+        learning = significant or (gain >= p.min_delta and not first)
         long_gain = long_se = early = recent = change_se = keeps_learning = None
         dropped = False
         groups = _Groups(i_span, i_last, i_old, i_new, c_old, lag, m_old, m_new, sigma, dof, unit)
