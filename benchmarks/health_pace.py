@@ -55,31 +55,39 @@ SWEEP = 5.0
 HEARTBEAT = 10.0
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def _copy_tree(rev: str, source: str, target: Path, keep_init: bool) -> None:
+    """The Python files of the folder ``rev:source`` into the package ``target`` (its ``__init__.py`` only
+    with ``keep_init``), or the module ``rev:source.py`` into ``target.py`` (a commit before it was a folder)."""
+    paths = [line.split("\t", 1)[1] for line in _git("ls-tree", rev, f"{source}/").splitlines()]
+    if paths:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "__init__.py").write_text("")
+        for path in paths:
+            name = path.rsplit("/", 1)[-1]
+            if name.endswith(".py") and (keep_init or name != "__init__.py"):
+                (target / name).write_text(_git("show", f"{rev}:{path}"))
+    elif _git("ls-tree", rev, f"{source}.py"):
+        (target.parent / f"{target.name}.py").write_text(_git("show", f"{rev}:{source}.py"))
+
+
 def load_before(rev: str) -> ModuleType:
-    """The ``analysis.health`` module of commit ``rev``, imported from a temporary package."""
+    """The ``analysis.health`` module of commit ``rev``, imported from a temporary package laid out as the
+    project's (``server/analysis`` beside ``protocol``, which its modules import since issue 32), named
+    after the commit so that the trackers of two commits can be loaded in one run."""
     folder = Path(tempfile.mkdtemp(prefix="sw_before_"))
-    package = folder / "sw_before"
-    package.mkdir()
+    name = "sw_before_" + "".join(c if c.isalnum() else "_" for c in rev)
+    package = folder / name
+    (package / "server").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    listing = subprocess.run(
-        ["git", "ls-tree", "--name-only", f"{rev}:src/stepwatch/server/analysis"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    for name in listing:
-        if name.endswith(".py") and name != "__init__.py":
-            text = subprocess.run(
-                ["git", "show", f"{rev}:src/stepwatch/server/analysis/{name}"],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            (package / name).write_text(text)
+    (package / "server" / "__init__.py").write_text("")
+    _copy_tree(rev, "src/stepwatch/server/analysis", package / "server" / "analysis", keep_init=False)
+    _copy_tree(rev, "src/stepwatch/protocol", package / "protocol", keep_init=True)
     sys.path.insert(0, str(folder))
-    return importlib.import_module("sw_before.health")
+    return importlib.import_module(f"{name}.server.analysis.health")
 
 
 def _step_times(rng: np.random.Generator, spt: float, n: int) -> np.ndarray:
