@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import re
+import types
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
 import anyio
 from starlette.requests import ClientDisconnect, Request
-from starlette.types import Receive
+from starlette.types import Message, Receive
 
 from ...protocol import LIMITS, BodyTooLarge, ProtocolError, decode_body, is_valid_name
 from ..services import Services
@@ -87,41 +89,95 @@ async def receive_body(
             raise ApiError(400, f"Content-Length is not a number: {declared[:40]!r}") from None
         if too_big:
             raise ApiError(413, f"body is {declared} bytes; the limit is {limit} bytes (64 KiB)")
+    message, rest = _at_once(receive)
+    if message is not None and message["type"] == "http.request" and not message.get("more_body", False):
+        whole = message.get("body", b"")
+        if len(whole) <= limit:
+            return bytes(whole)  # the whole body was there (a report's is): no timer to set and cancel
     body = bytearray()
     try:
         # a client sending a byte now and then must not hold a request for good; asyncio's own timeout
         # (Python 3.11+, the server runs on asyncio) costs a third of anyio's cancel scope, every request
         if _asyncio_timeout is not None:
             async with _asyncio_timeout(timeout):
-                return await _read_into(body, receive, limit)
+                return await _read_into(body, receive, limit, message, rest)
         else:  # pragma: no cover - Python 3.10
             with anyio.fail_after(timeout):
-                return await _read_into(body, receive, limit)
+                return await _read_into(body, receive, limit, message, rest)
     except TimeoutError:
-        message = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
-        raise ApiError(408, message, headers={"Connection": "close"}) from None
+        text = f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)"
+        raise ApiError(408, text, headers={"Connection": "close"}) from None
 
 
-async def _read_into(body: bytearray, receive: Receive, limit: int) -> bytes:
+async def _read_into(
+    body: bytearray, receive: Receive, limit: int, message: Message | None, rest: Awaitable[Message] | None
+) -> bytes:
     """The body's messages, as Starlette's ``Request.stream`` reads them (a disconnect: ``ClientDisconnect``),
-    without its generator; what came is gathered in ``body`` (a body in one message, as a report's comes, is
-    returned as it is)."""
+    without its generator, gathered in ``body``; the first is ``message``, or what ``rest`` gives."""
     while True:
-        message = await receive()
+        if message is None:
+            message = await (rest if rest is not None else receive())
+            rest = None
         kind = message["type"]
         if kind == "http.request":
             chunk = message.get("body", b"")
-            more = message.get("more_body", False)
-            if not more and not body and len(chunk) <= limit:
-                return bytes(chunk)
             if chunk:
                 body += chunk
                 if len(body) > limit:
                     raise ApiError(413, f"body is over the limit of {limit} bytes (64 KiB)")
-            if not more:
+            if not message.get("more_body", False):
                 return bytes(body)
         elif kind == "http.disconnect":
             raise ClientDisconnect()
+        message = None
+
+
+def _at_once(receive: Receive) -> tuple[Message | None, Awaitable[Message] | None]:
+    """Call ``receive``: its message when it gives one without waiting (a body that came with its headers),
+    else ``None`` and what finishes the call when awaited (under the body's timeout).
+
+    The coroutine is stepped once by hand; if it waits, :class:`_Resumed` hands what it waits on to the
+    task and goes on with it, as ``await`` would have (a cancellation, the timeout's, reaches it too).
+    A timer set and cancelled for every request cost more than the rest of reading a report's body.
+    """
+    call = receive()
+    if type(call) is not types.CoroutineType:
+        return None, call
+    try:
+        waiting = call.send(None)
+    except StopIteration as done:
+        message: Message = done.value
+        return message, None
+    return None, _Resumed(call, waiting)
+
+
+class _Resumed:
+    """The rest of a coroutine stepped once by hand, which yielded ``waiting``: awaiting this yields
+    ``waiting`` to the task, and each later step's, and sends (or throws) what the task gives back into
+    the coroutine, until it returns (``yield from`` done by hand, as its first step was)."""
+
+    __slots__ = ("_call", "_waiting")
+
+    def __init__(self, call: Coroutine[Any, Any, Message], waiting: Any) -> None:
+        self._call, self._waiting = call, waiting
+
+    def __await__(self) -> Generator[Any, Any, Message]:
+        call, waiting = self._call, self._waiting
+        while True:
+            try:
+                sent = yield waiting
+            except BaseException as exc:  # a cancellation (the timeout's) or a close: the coroutine's to handle
+                try:
+                    waiting = call.throw(exc)
+                except StopIteration as done:
+                    thrown: Message = done.value
+                    return thrown
+                continue
+            try:
+                waiting = call.send(sent)
+            except StopIteration as done:
+                result: Message = done.value
+                return result
 
 
 _asyncio_timeout = getattr(asyncio, "timeout", None)
