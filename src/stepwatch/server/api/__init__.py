@@ -3,7 +3,8 @@
 Who is asking and what they may do (:mod:`.auth`); what every route reads from a request (:mod:`.request`:
 the app's services, the bounded body, the bearer token, names); request bodies declared once (:mod:`.bodyspec`,
 the native API's in :mod:`.bodies`); the one error shape (:mod:`.errors`); the guard in front of every
-route (:mod:`.guard`); JSON answers encoded fast (:mod:`.responses`); the OpenAPI description
+route (:mod:`.guard`), which hands the report endpoint straight to it, past Starlette's middleware and router
+(:mod:`.direct`); JSON answers encoded fast (:mod:`.responses`); the OpenAPI description
 (:mod:`.openapi`) and the Prometheus exposition of ``GET /metrics`` (:mod:`.prometheus`).
 
 Routes parse, authorise and answer: a report's trip is :mod:`..ingest`'s and the shape of what goes on the
