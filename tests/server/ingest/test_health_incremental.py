@@ -168,3 +168,31 @@ def test_a_ranks_p99_follows_its_new_step_times() -> None:
         for s in times:
             afresh.moved(0.0, 0, s)
         assert places.p99(0) == places.p99(0) == afresh.p99(0)
+
+
+def test_the_calm_verdict_kept_across_a_moving_learning_rate_equals_one_built_afresh() -> None:
+    """The calm verdict is kept while what it reads holds, not while the learning rate holds (a schedule
+    moves it at every report): a cosine schedule that ends at zero, evaluations, a loss that learns, goes
+    flat and learns again — every verdict the same as a tracker whose calm verdict is built at each call."""
+    rng = random.Random(31)
+    ours, afresh = HealthTracker(), _Afresh()
+    afresh._learning.calm = afresh._learning._calm_verdict  # type: ignore[method-assign]
+    t, step, states = 1000.0, 0, set()
+    for k in range(1500):
+        t += rng.uniform(1.8, 2.2)
+        step += 10
+        level = 3.0 * math.exp(-min(step, 4000) / 2000) * math.exp(-max(step - 9000, 0) / 3000)
+        value = level * rng.uniform(0.97, 1.03)
+        lr = max(0.0, 1e-3 * math.cos(math.pi * min(step / 28_000, 0.5)) ** 2) if step < 13_000 else 0.0
+        evaluation = level * 1.1 + rng.uniform(-0.01, 0.01)
+        for tracker in (ours, afresh):
+            tracker.observe_progress(t, 0, step, 16_000)
+            w = _loss(step, value)
+            tracker.observe_window(t, step, w.last, w.min, w.max, w.mean, w.count, w.nonfinite, w.first_step)
+            tracker.observe_lr(t, step, lr)
+            if k % 25 == 0:
+                tracker.observe_eval(t, step, evaluation)
+        a, b = ours.verdict(t), afresh.verdict(t)
+        assert (a.state, a.since, a.evidence) == (b.state, b.since, b.evidence), k
+        states.add(a.state)
+    assert {"healthy", "not_learning"} <= states, states

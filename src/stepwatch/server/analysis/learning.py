@@ -218,7 +218,15 @@ class LearningRules:
     def calm(self, finite: bool) -> Verdict:
         """``healthy`` (with the plateau test's figures, and the evaluation's veto of a flat loss) or
         ``unknown`` (``finite``: a finite value of the metric has arrived in this segment)."""
-        key = (finite, self.divergence.level, self.plateau.test, self._finishing(), len(self._eval), self.lr.last)
+        # what _calm_verdict reads: not the learning rate itself (a schedule moves it at every report), only
+        # whether it has stood at zero long enough and since when; the window the evaluation's veto reads
+        flat = self.plateau.flat_from if self.plateau.flat else None
+        lr_zero = self.lr.zero_since if self._lr_flat else None
+        veto_window = self._window() if self.eval_metric else None
+        key = (
+            finite, self.divergence.level, self.plateau.test, self._finishing(), len(self._eval), lr_zero, flat,
+            veto_window,
+        )  # fmt: skip
         if self._calm_cache is not None and self._calm_cache[0] == key:
             return self._calm_cache[1]  # unchanged since the last verdict (a verdict follows each ingest)
         verdict = self._calm_verdict(finite)
