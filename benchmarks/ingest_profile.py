@@ -4,7 +4,8 @@ The app runs in this process (its ASGI callable driven directly, no sockets: the
 cost is the bare endpoint's, measured apart by ``server_ingest.py --sections 6``), with the report
 core's bodies as ``server_ingest.py`` builds them (5 metric windows, rank 0). Every thread is profiled
 (``cProfile`` on the event loop, ``threading.setprofile`` for the store's worker threads), and the
-table groups the cumulative time by the stage of the trip it belongs to.
+cumulative time is grouped by the stage of the trip it belongs to (:data:`STAGES`: per stage, and per
+function counted).
 
     .venv/bin/python benchmarks/ingest_profile.py --reports 6000 [--database-url postgresql://...]
     .venv/bin/python benchmarks/ingest_profile.py --reports 6000 --top 40     # the raw profile too
@@ -38,16 +39,28 @@ from server_ingest import report_dict
 
 from stepwatch.server import ServerSettings, create_app
 
+REQUEST = "api/guard.py:__call__"
+"""The outermost function of a request: the guard, which hands a report to its direct route (``api/direct.py``)."""
+
 STAGES = {
-    "route + auth": ("routes/ingest.py:26(report)", "request.py", "access.py"),
-    "body parse + validate": ("protocol/__init__.py", "read_json", "decode_json"),
-    "writer (store)": ("ingest_reports", "_write_report"),
-    "estimates (ETA)": ("_estimate_for", "eta.py"),
-    "health": ("health_monitor.py",),
-    "policies": ("review",),
-    "publishing": ("publish.py",),
-    "response encoding": ("to_dict", "responses.py"),
+    "route + auth": (REQUEST,),
+    "body read": ("api/request.py:receive_body",),
+    "body parse + validate": ("api/request.py:decode_json", "protocol/_report.py:from_dict"),
+    "writer (store)": (
+        "store/sqlite_ingest.py:ingest_reports",
+        "store/sqlite_ingest.py:ingest_reports_nowait",
+        "store/postgres_ingest.py:ingest_reports",
+    ),
+    "estimates (ETA)": ("ingest/service.py:_estimate_for",),
+    "health": ("ingest/health_monitor.py:assess",),
+    "policies": ("ingest/service.py:review",),
+    "publishing": ("live/publish.py:publish_job", "live/publish.py:publish_points", "live/publish.py:publish_events"),
+    "response encoding": ("api/direct.py:send_json", "protocol/_report.py:to_dict"),
 }
+"""Each stage's outermost functions (``path/file.py:function``), as the report's trip now runs. "route + auth"
+is the rest of the request: the guard and the direct route (``routes/ingest.py``'s ``report``), finding the
+job and checking its token (``writer_of``), the ingest service's own glue: the request's cumulative time less
+the other stages that run inside it. The writer runs apart (its own task, or the store's worker thread)."""
 
 
 class Asgi:
@@ -156,7 +169,7 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
         main.enable()
     await asyncio.gather(*(reporter(i, range(warm, per_job)) for i in range(opts.jobs)))
     main.disable()
-    threading.setprofile(None)  # type: ignore[arg-type]
+    threading.setprofile(None)
     process = time.process_time() - process0
     wall = time.perf_counter() - wall0
     n = opts.jobs * (per_job - warm)
@@ -176,7 +189,7 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
                 stats.add(p)
             except (TypeError, ValueError):
                 pass
-        result["stages"] = stages(stats, n)
+        result.update(stages(stats, n))
         if opts.dump:
             stats.dump_stats(opts.dump)
         if opts.top:
@@ -222,19 +235,34 @@ def store_only(opts: argparse.Namespace, db: Path) -> dict[str, Any]:
         store.close()
 
 
-def stages(stats: pstats.Stats, n: int) -> dict[str, float]:
-    """Cumulative ms per report of the outermost function of each stage."""
-    found: dict[str, float] = {}
+def stages(stats: pstats.Stats, n: int) -> dict[str, Any]:
+    """Cumulative ms per report of each stage (its outermost functions; one called by another of its own
+    stage is not counted again) and of every function counted."""
     table = stats.stats  # type: ignore[attr-defined]
-    for (file, line, fn), (_cc, _nc, _tt, ct, _callers) in table.items():
-        where = f"{file}:{line}({fn})"
-        for marks in STAGES.values():
-            if any(m in where for m in marks):
-                found[where] = ct
-    out: dict[str, float] = {}
-    for where, ct in sorted(found.items(), key=lambda kv: -kv[1])[:60]:
-        out[where.split("stepwatch/")[-1]] = round(1000 * ct / n, 4)
-    return out
+    owner = {mark: stage for stage, marks in STAGES.items() for mark in marks}
+
+    def mark_of(key: tuple[str, int, str]) -> str | None:
+        file, _line, fn = key
+        for mark in owner:
+            path, name = mark.split(":")
+            if fn == name and file.endswith("/" + path):
+                return mark
+        return None
+
+    per_stage = dict.fromkeys(STAGES, 0.0)
+    functions: dict[str, float] = {}
+    for key, (_cc, _nc, _tt, ct, callers) in table.items():
+        mark = mark_of(key)
+        if mark is None or any(owner.get(mark_of(c) or "") == owner[mark] for c in callers):
+            continue
+        per_stage[owner[mark]] += ct
+        functions[f"{key[0].split('stepwatch/')[-1]}:{key[1]}({key[2]})"] = round(1000 * ct / n, 4)
+    inside = ("writer (store)", "route + auth")
+    per_stage["route + auth"] -= sum(ms for stage, ms in per_stage.items() if stage not in inside)
+    return {
+        "stages_ms_per_report": {stage: round(1000 * ct / n, 4) for stage, ct in per_stage.items()},
+        "functions_ms_per_report": dict(sorted(functions.items(), key=lambda kv: -kv[1])),
+    }
 
 
 def main() -> None:
