@@ -198,7 +198,8 @@ def print_summary(rows: list[dict[str, Any]], keys: list[str]) -> None:
             print(f"  {key:>8}: no round answered 200 throughout")
             continue
         cpu = [r["server_cpu_ms_per_request"] for r in mine]
-        beyond = f", {statistics.median(cpu) / statistics.median(floor):.2f}x the floor" if floor else ""
+        ratio = statistics.median(cpu) / statistics.median(floor) if floor and key != "bare" else None
+        beyond = f", {ratio:.2f}x the floor" if ratio else ""
         print(
             f"  {key:>8}: server CPU {statistics.median(cpu):.3f} ms/report ({min(cpu):.3f}-{max(cpu):.3f}{beyond}), "
             f"{statistics.median(r['accepted_per_s'] for r in mine):,.0f} reports/s, "
@@ -248,8 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{opts.rounds} rounds; targets: "
         + ", ".join(([] if opts.no_bare else ["bare (floor)"]) + [f"{k}={p}" for k, p in opts.src])
     )
-    with tempfile.TemporaryDirectory(prefix="stepwatch-http-") as tmp, started(opts, Path(tmp)) as targets:
-        rows = measure(opts, targets)
+    try:
+        with tempfile.TemporaryDirectory(prefix="stepwatch-http-") as tmp, started(opts, Path(tmp)) as targets:
+            rows = measure(opts, targets)
+    except RuntimeError as exc:  # a server that did not start: its log's tail says why
+        print(f"report_http: {exc}", file=sys.stderr)
+        return 2
     print_summary(rows, [key for key, _ in targets])
     bad = sum(refused(r) for r in rows)
     if bad:
