@@ -1080,10 +1080,9 @@ def history_breakdown(db: Path, max_points: int = 1000) -> dict[str, Any]:
         n = len(rows)
         del rows
         plan = " | ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, (job.id, "loss")))
-        # the store read the history route uses: columns where the store has them, else one object per window
-        read = getattr(store, "series_columns", None) or store.series
+        # the store read the history route uses: every window of the series as columns
         t0 = time.perf_counter()
-        data = read(job.id, "loss")
+        data = store.series_columns(job.id, "loss")
         series = time.perf_counter() - t0
         t0 = time.perf_counter()
         result = downsampled(data, max_points)
@@ -1119,7 +1118,7 @@ def history_breakdown(db: Path, max_points: int = 1000) -> dict[str, Any]:
         return {
             "windows": n,
             "fetchall_ms": 1000 * fetch,
-            "store_read": f"SQLiteStore.{read.__name__}",
+            "store_read": "SQLiteStore.series_columns",
             "store_series_ms": 1000 * series,
             "downsampled_ms": 1000 * down,
             "json_ms": 1000 * encode,
