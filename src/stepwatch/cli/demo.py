@@ -49,7 +49,9 @@ POLICIES: dict[str, list[str]] = {
 DEMO_HEALTH = {"warmup_s": 5, "plateau_min_s": 30, "standstill_floor_s": 10, "startup_s": 30, "stall_floor_s": 10}
 """Health windows for runs of a few minutes (real jobs get minutes-long windows; see docs/health.md): the
 plateau's learning rate reaches zero after ~230 steps, past a 5 s warm-up, and is confirmed 12 s later;
-the hanging run stands still from 10 % of its steps and is stalled 10 s later."""
+the hanging run stands still from 10 % of its steps, in a sleep its report core reports (waiting): a hang,
+stalled after the default ``hang_floor_s`` (35 s; about 45 s into the demo), as a real job's would be (the
+floors here are those of runs that do not say where they stand)."""
 
 HANG_AT = 0.1
 """Where the hanging run hangs (a share of its steps): early enough to be stalled within the first minute."""
