@@ -28,9 +28,10 @@ reads fall back to every window. ``VACUUM`` may renumber the rowids of ``points`
 from __future__ import annotations
 
 from itertools import pairwise
+from operator import le
 from typing import Any
 
-from ..analysis import downsample_columns
+from ..analysis import Columns, downsample_columns
 from .base import SeriesColumns
 from .rows import load_float, store_float
 from .sql_dialect import Connection
@@ -92,10 +93,14 @@ def fold(conn: Connection, job_id: int, metric: str, limit: int | None = FOLD_CH
             (job_id, metric, covered, chunk - chunk % FANOUT),
         ).fetchall()
         groups = len(rows) // FANOUT
-        for g in range(groups):
-            group = rows[g * FANOUT : (g + 1) * FANOUT]
-            ordered = all(a[1] <= b[1] for a, b in pairwise(group))
-            _insert(conn, job_id, metric, 1, group[-1][0], _merge([r[1:] for r in group], None, None), ordered)
+        if groups:
+            complete = rows[: groups * FANOUT]
+            steps = [r[1] for r in complete]
+            in_order = list(map(le, steps[:-1], steps[1:]))  # each window's step against the next one's
+            merged = _merge_groups([r[1:] for r in complete], groups)
+            for g, row in enumerate(merged):
+                ordered = all(in_order[g * FANOUT : (g + 1) * FANOUT - 1])
+                _insert(conn, job_id, metric, 1, complete[(g + 1) * FANOUT - 1][0], row, ordered)
         done += groups * FANOUT
         if groups:
             covered = rows[groups * FANOUT - 1][0]
@@ -147,17 +152,31 @@ def _merge(rows: list[Any], first_steps: list[int] | None, windows: list[int] | 
         first_steps=first_steps,
         windows=windows,
     )
+    return _bucket(c, 0)
+
+
+def _merge_groups(windows: list[Any], groups: int) -> list[tuple[Any, ...]]:
+    """Level-1 rows from ``groups * FANOUT`` raw windows (``step, t, last, min, max, mean, count, nonfinite``):
+    each run of :data:`FANOUT` merged as :func:`_merge` merges it, in one call of the bucket arithmetic (single
+    windows in ``groups`` equal buckets: the same buckets), not one call a group."""
+    steps, times, lasts, mins, maxs, means, counts, nonfinites = (list(c) for c in zip(*windows))
+    c = downsample_columns(steps, times, [load_float(v) for v in lasts], mins, maxs, means, counts, nonfinites, groups)
+    return [_bucket(c, k) for k in range(groups)]
+
+
+def _bucket(c: Columns, k: int) -> tuple[Any, ...]:
+    """Bucket ``k`` of merged columns as a roll-up row's cells, from ``first_step`` to ``windows``."""
     return (
-        c.first_steps[0],
-        c.steps[0],
-        c.times[0],
-        store_float(c.lasts[0]),
-        c.mins[0],
-        c.maxs[0],
-        c.means[0],
-        c.counts[0],
-        c.nonfinites[0],
-        c.windows[0],
+        c.first_steps[k],
+        c.steps[k],
+        c.times[k],
+        store_float(c.lasts[k]),
+        c.mins[k],
+        c.maxs[k],
+        c.means[k],
+        c.counts[k],
+        c.nonfinites[k],
+        c.windows[k],
     )
 
 

@@ -66,8 +66,13 @@ class SqlStore(Store):
 
     dialect: ClassVar[Dialect]
     """What differs in this backend's SQL."""
-    _FOLD_EVERY: ClassVar[int] = rollups.FANOUT
-    """Windows of a series stored between two folds into roll-ups (see :meth:`_count_windows`)."""
+    _FOLD_EVERY: ClassVar[int] = 16 * rollups.FANOUT
+    """Windows of a series stored between two folds into roll-ups (see :meth:`_count_windows`): 256, 16
+    level-1 rows a fold. A fold reads its windows back (~3 us a window on SQLite, wherever the fold
+    falls) and pays a fixed part besides (finding where the roll-ups end, the level above): folding
+    every 16 windows cost the SQLite store 44-54 us a report of 5 windows, every 256 14-25 us. A
+    history read then reads up to 255 raw windows after the roll-ups (at most ~1 ms more on SQLite,
+    a read of 100 points of 100,000 windows 2.9 -> 3.8 ms at worst), well within what it reads anyway."""
 
     def __init__(self) -> None:
         self.origin = uuid.uuid4().hex[:12]
