@@ -132,3 +132,42 @@ def test_a_report_read_at_once_equals_the_one_written() -> None:
     report = Report.from_dict(body)
     assert report.to_dict() == body
     assert report == Report(**{**vars(report)})
+
+
+_WINDOW = {"name": "loss", "last": 0.5, "min": 0.25, "max": 1.0, "mean": 0.5, "count": 4, "nonfinite": 0,
+           "first_step": 7, "last_step": 10}  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    top=st.fixed_dictionaries(
+        {},
+        optional={
+            "run_id": st.sampled_from(["r-1", "", "a" * 64, "a" * 65, "bad id", "r.1_x", 7, None]),
+            "seq": _ANY,
+            "sent_at": _ANY,
+            "state": st.sampled_from(["running", "finished", "failed", "stopped", "lost", "", 1, None]),
+            "reason": st.sampled_from(["", "done", "x" * 256, "x" * 257, 5, None]),
+            "acks": st.sampled_from([[], ["c-1"], ["bad id"], [3], "c-1"]),
+            "params": st.sampled_from([None, {}, {"lr": 0.1}, {"lr": float("nan")}, {"": 1}, []]),
+            "activity_shares": st.sampled_from([None, {}, {"computing": 0.5}, {"computing": 2.0}, {"x": 0.1}]),
+            "identity": st.sampled_from([{}, {"rank": 1, "world_size": 2}, {"rank": 2, "world_size": 2}]),
+            "progress": st.sampled_from([{}, {"step": 3}, {"step": -1}]),
+        },
+    ),
+    names=st.lists(st.sampled_from(["loss", "lr", "bad\tname"]), max_size=3),
+)
+def test_a_report_reads_as_its_init_checks_it(top: dict[str, Any], names: list[str]) -> None:
+    """``Report.from_dict`` leaves ``__post_init__`` out for a report in the report core's shape: for any
+    top-level fields and metric names (duplicates included), it gives what checking every report gives."""
+    import stepwatch.protocol._report as module
+
+    body = {"run_id": "r-1", "seq": 1, "sent_at": 2.0, **top, "metrics": [{**_WINDOW, "name": n} for n in names]}
+    fast = _outcome(Report.from_dict, body)
+    shortcut = module._plain_report
+    module._plain_report = lambda report: False  # type: ignore[assignment]
+    try:
+        checked = _outcome(Report.from_dict, body)
+    finally:
+        module._plain_report = shortcut
+    assert _same(fast, checked)

@@ -29,7 +29,6 @@ def decode_body(body: bytes, fast_loads: Callable[[bytes], Any] | None = None) -
     """
     if len(body) > LIMITS.max_body_bytes:
         raise BodyTooLarge("", f"body is {len(body)} bytes; the limit is {LIMITS.max_body_bytes} bytes (64 KiB)")
-    too_deep = f"body nests too deeply: at most {LIMITS.max_depth} levels of objects and arrays"
     data: Any = _UNPARSED
     if fast_loads is not None:
         try:
@@ -42,11 +41,15 @@ def decode_body(body: bytes, fast_loads: Callable[[bytes], Any] | None = None) -
         except (ValueError, UnicodeDecodeError) as exc:
             raise ProtocolError("", f"body is not valid JSON: {exc}") from None
         except RecursionError:
-            raise ProtocolError("", too_deep) from None
+            raise ProtocolError("", _too_deep()) from None
     # only a body with more brackets than the limit can nest deeper than it: most are not walked at all
     if body.count(b"[") + body.count(b"{") > LIMITS.max_depth and _deeper_than(data, LIMITS.max_depth):
-        raise ProtocolError("", too_deep)
+        raise ProtocolError("", _too_deep())
     return data
+
+
+def _too_deep() -> str:
+    return f"body nests too deeply: at most {LIMITS.max_depth} levels of objects and arrays"
 
 
 _UNPARSED = object()

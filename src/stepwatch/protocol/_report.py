@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._checks import (
+    _RUN_ID_RE,
     ParamValue,
     _array,
     _check_int,
@@ -17,6 +18,7 @@ from ._checks import (
     _check_str,
     _decode_param,
     _object,
+    _plain_number,
     _required,
 )
 from ._errors import ProtocolError, _prefix, _show
@@ -24,7 +26,7 @@ from ._limits import LIMITS
 from ._progress import Identity, Progress
 from ._vocabulary import ACTIVITIES, API_VERSION, COMMAND_KINDS, REPORT_STATES, CommandKind, ReportState
 from ._where import Where, _check_activity_shares
-from ._window import MetricWindow
+from ._window import MetricWindow, _windows
 
 __all__ = ["Command", "GpuReading", "Report", "ReportResponse"]
 
@@ -205,7 +207,7 @@ class Report:
             "sent_at": _required(obj, "sent_at"),
             "identity": Identity.from_dict(obj.get("identity", {})),
             "progress": Progress.from_dict(obj.get("progress", {})),
-            "metrics": tuple([MetricWindow.from_dict(m, f"metrics[{i}]") for i, m in enumerate(metrics)]),
+            "metrics": _windows(metrics),
             "params": params,
             "acks": tuple(acks),
             "state": obj.get("state", "running"),
@@ -217,8 +219,33 @@ class Report:
         # every field is given: what the frozen __init__ would do is set them one call each, then check
         report = object.__new__(cls)
         report.__dict__.update(fields)
-        report.__post_init__()
+        if not _plain_report(report):
+            report.__post_init__()  # it words the first error
         return report
+
+
+def _plain_report(report: Report) -> bool:
+    """Whether a report read by :meth:`Report.from_dict` is in the report core's shape, which ``__post_init__``
+    takes (its windows, identity and progress were checked as they were read): a run id of up to 64 letters,
+    digits, ``.``, ``_`` and ``-``, a plain ``seq`` and ``sent_at``, a known state, a short reason, distinct
+    metric names, and no acknowledgements, hyperparameters or activity shares (checked by ``__post_init__``
+    whenever they come). ``False`` for anything else: ``__post_init__`` then checks it all, in its order."""
+    run_id, seq, reason, metrics = report.run_id, report.seq, report.reason, report.metrics
+    return (
+        type(run_id) is str
+        and 0 < len(run_id) <= LIMITS.max_run_id_length
+        and _RUN_ID_RE.fullmatch(run_id) is not None
+        and type(seq) is int
+        and 0 <= seq <= LIMITS.max_integer
+        and _plain_number(report.sent_at)
+        and report.state in REPORT_STATES
+        and type(reason) is str
+        and len(reason) <= LIMITS.max_reason_length
+        and not report.acks
+        and report.params is None
+        and report.activity_shares is None
+        and len({w.name for w in metrics}) == len(metrics)
+    )
 
 
 @dataclass(frozen=True)

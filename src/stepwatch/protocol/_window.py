@@ -145,6 +145,16 @@ _KNOWN_METRIC_NAMES: set[str] = set()
 """Metric names already found valid (a server reads the same few names in every report); bounded."""
 
 
+def _windows(items: list[Any]) -> tuple[MetricWindow, ...]:
+    """The windows of a report's ``metrics`` array, as ``MetricWindow.from_dict(item, f"metrics[{i}]")`` reads
+    each (its field's name made only for a window read field by field)."""
+    windows = []
+    for i, item in enumerate(items):
+        window = _window_at_once(MetricWindow, item) if type(item) is dict else None
+        windows.append(window if window is not None else MetricWindow._field_by_field(item, f"metrics[{i}]"))
+    return tuple(windows)
+
+
 def _window_at_once(cls: type[MetricWindow], obj: dict[str, Any]) -> MetricWindow | None:
     """The window of a JSON object in the shape the report core sends (finite floats, integer counts and
     steps, every field present), checked in one pass and built without ``__init__``; ``None`` for
