@@ -225,9 +225,24 @@ def _long_integer(body: bytes) -> bool:
     return False
 
 
+def _valid_name(value: str) -> bool:
+    """:func:`is_valid_name`, remembered for the names found valid (every report of a job checks the same two)."""
+    if value in _VALID_NAMES:
+        return True
+    if not is_valid_name(value):
+        return False
+    if len(_VALID_NAMES) >= 16384:  # bounded: forgetting only costs a check
+        _VALID_NAMES.clear()
+    _VALID_NAMES.add(value)
+    return True
+
+
+_VALID_NAMES: set[str] = set()
+
+
 def check_name(value: str, what: str) -> str:
     """A job or namespace name from a path: 404 when it cannot exist."""
-    if not is_valid_name(value):
+    if not _valid_name(value):
         raise ApiError(
             404,
             f"no {what} named {value[:80]!r}: names are Kubernetes names (lowercase letters, digits and '-', "
@@ -311,7 +326,7 @@ async def writer_of(store: Store, namespace: str, name: str, token: str | None, 
         job = await _find_job(store, namespace, name)  # 404 for an impossible name
         if job is None:
             raise _job_not_found(namespace, name)
-    elif is_valid_name(namespace) and is_valid_name(name):
+    elif _valid_name(namespace) and _valid_name(name):
         job = await _lookup(store, namespace, name)
     if token is None:
         raise ApiError(403, f"a bearer token is required to write to job {namespace[:63]}/{name[:63]}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple, Protocol
 
 from ...protocol import ENDED_STATES, Command, GpuReading, Report, TrainerStatus, Where
@@ -68,10 +68,10 @@ class Collaborators(Protocol):
         """The server's clock."""
 
 
-@dataclass(frozen=True)
-class Ingested:
+class Ingested(NamedTuple):
     """What a native report's trip did: the job as it then stands, whether the report was a duplicate
-    (stored before: nothing else happened), and the commands pending for the job, to answer it with."""
+    (stored before: nothing else happened), and the commands pending for the job, to answer it with (a
+    tuple: one is made per report, as :class:`_Reporter`)."""
 
     job: Job
     duplicate: bool

@@ -6,11 +6,13 @@ publish) is the ingest service's (:mod:`...ingest.service`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ....protocol import ProtocolError, Report, ReportResponse, TrainerStatus
+from ....protocol import Command, ProtocolError, Report, ReportResponse, TrainerStatus
 from ...ingest.service import ingest_report, ingest_status
 from ...services import Services
 from ...store import Job, MetricLimitError
@@ -44,10 +46,18 @@ async def report(scope: Scope, receive: Receive, send: Send) -> None:
     except MetricLimitError as exc:
         raise _over_limit(svc, exc) from None
     svc.stats["duplicates" if done.duplicate else "reports"] += 1
-    await send_json(send, ReportResponse(accepted_seq=parsed.seq, commands=done.commands).to_dict())
+    await send_json(send, _answer(parsed.seq, done.commands))
 
 
 _REPORT_HEADERS = frozenset({b"authorization", b"content-length"})
+
+
+def _answer(seq: int, commands: tuple[Command, ...]) -> dict[str, Any]:
+    """``ReportResponse(accepted_seq=seq, commands=commands).to_dict()``; the usual answer (no command pending)
+    without making and checking the response (``seq`` was checked as the report was read)."""
+    if commands:
+        return ReportResponse(accepted_seq=seq, commands=commands).to_dict()
+    return {"accepted_seq": seq, "commands": []}
 
 
 async def trainer_status(request: Request) -> JSONResponse:
