@@ -38,10 +38,8 @@ from server_ingest import PostgresDatabase  # noqa: E402
 def child(args: dict[str, Any]) -> dict[str, Any]:
     """One replica: serve its jobs' reports back to back between ``start_at`` and ``end_at``."""
     import asyncio
-    import random
 
     import psycopg
-    from server_ingest import report_dict
 
     counted = {"statements": 0}
     execute = psycopg.Connection.execute
@@ -52,6 +50,20 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
 
     psycopg.Connection.execute = counting  # type: ignore[method-assign]
 
+    profiles: dict[str, list[Any]] = {}
+    if args.get("profile"):
+        _profile_threads(profiles)
+
+    return asyncio.run(_replica(args, counted, profiles))
+
+
+async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict[str, list[Any]]) -> dict[str, Any]:
+    """The replica's event loop: its store, broadcaster, bridge and reporters (see :func:`child`)."""
+    import asyncio
+    import random
+
+    from server_ingest import report_dict
+
     from stepwatch.protocol import Report
     from stepwatch.server.ingest.service import ingest_report
     from stepwatch.server.live.broadcaster import Broadcaster
@@ -59,49 +71,111 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     from stepwatch.server.services import Services, blocking
     from stepwatch.server.store.postgres import PostgresStore
 
-    async def main() -> dict[str, Any]:
-        store = PostgresStore(args["url"])
-        live = Broadcaster()
-        svc = Services(store, live)
-        bridge = bridge_for(store, live)
-        assert bridge is not None
+    store = PostgresStore(args["url"])
+    live = Broadcaster()
+    svc = Services(store, live)
+    bridge = bridge_for(store, live)
+    assert bridge is not None
+    if args.get("relay", True):
         await bridge.start()
-        jobs = [
-            store.register(args["namespace"], name, token_hash="x" * 64, now=time.time(), total_steps=10**7)
-            for name in args["names"]
-        ]
-        done = {"reports": 0}
-        rng = random.Random(args["seed"])
+    jobs = [
+        store.register(args["namespace"], name, token_hash="x" * 64, now=time.time(), total_steps=10**7)
+        for name in args["names"]
+    ]
+    done = {"reports": 0}
+    rng = random.Random(args["seed"])
 
-        async def reporter(k: int) -> None:
-            mine = jobs[k :: args["concurrency"]]
-            seq = 0
-            while time.time() < args["end_at"]:
-                for job in mine:
-                    found = store.cached_job(job.namespace, job.name) or await blocking(
-                        store.job, job.namespace, job.name
-                    )
-                    assert found is not None
-                    await ingest_report(svc, found, Report.from_dict(report_dict("run", seq, rng, os.getpid())))
-                    if args["measure_from"] <= time.time() < args["end_at"]:
-                        done["reports"] += 1
-                seq += 1
+    async def reporter(k: int) -> None:
+        mine = jobs[k :: args["concurrency"]]
+        seq = 0
+        while time.time() < args["end_at"]:
+            for job in mine:
+                found = store.cached_job(job.namespace, job.name) or await blocking(store.job, job.namespace, job.name)
+                assert found is not None
+                await ingest_report(svc, found, Report.from_dict(report_dict("run", seq, rng, os.getpid())))
+                if args["measure_from"] <= time.time() < args["end_at"]:
+                    done["reports"] += 1
+            seq += 1
 
-        await asyncio.sleep(max(0.0, args["start_at"] - time.time()))
-        statements0 = counted["statements"]
-        tasks = [asyncio.create_task(reporter(k)) for k in range(args["concurrency"])]
-        await asyncio.sleep(max(0.0, args["measure_from"] - time.time()))
-        cpu0, statements0 = time.process_time(), counted["statements"]
-        await asyncio.sleep(max(0.0, args["end_at"] - time.time()))
-        cpu = time.process_time() - cpu0
-        statements = counted["statements"] - statements0
-        await asyncio.gather(*tasks)
-        await asyncio.sleep(args["linger_s"])  # the others still write: go on hearing them, as a server does
-        await bridge.aclose()
-        store.close()
-        return {"reports": done["reports"], "cpu_s": cpu, "statements": statements, "relayed_in": bridge.received}
+    await asyncio.sleep(max(0.0, args["start_at"] - time.time()))
+    tasks = [asyncio.create_task(reporter(k)) for k in range(args["concurrency"])]
+    await asyncio.sleep(max(0.0, args["measure_from"] - time.time()))
+    cpu0, statements0, threads0 = time.process_time(), counted["statements"], _thread_cpu()
+    if profiles:
+        profiles["event loop"][0].enable()
+    await asyncio.sleep(max(0.0, args["end_at"] - time.time()))
+    cpu = time.process_time() - cpu0
+    threads = {k: v - threads0.get(k, 0.0) for k, v in _thread_cpu().items()}
+    if profiles:
+        _dump_profiles(profiles, args["profile"])
+    statements = counted["statements"] - statements0
+    await asyncio.gather(*tasks)
+    await asyncio.sleep(args["linger_s"])  # the others still write: go on hearing them, as a server does
+    await bridge.aclose()
+    store.close()
+    return {
+        "reports": done["reports"],
+        "cpu_s": cpu,
+        "statements": statements,
+        "relayed_in": bridge.received,
+        "threads": threads,
+    }
 
-    return asyncio.run(main())
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads by kind (their names without numbers), from /proc: the event
+    loop, ``AnyIO`` (the store's blocking calls: the writer), ``asyncio`` (the bridge's sends),
+    ``stepwatch-listen`` (notifications heard)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    kinds: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "other")
+        if name == "MainThread":
+            kind = "event loop"
+        else:
+            kind = "-".join(p for p in name.split(" ")[0].split("-") if not any(c.isdigit() for c in p))
+            kind = kind.rstrip("_0123456789") or "other"
+        kinds[kind] = kinds.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return kinds
+
+
+def _profile_threads(profiles: dict[str, list[Any]]) -> None:
+    """Profile every thread started from now on (cProfile on its own CPU time), by kind; the event loop's
+    profiler is ``profiles["event loop"][0]``, enabled by the caller."""
+    import cProfile
+    import threading
+
+    def profiled(*_: Any) -> None:  # the first event of each thread: a profiler of its own
+        sys.setprofile(None)  # (this thread's hook only: threads started later still get one)
+        profiler = cProfile.Profile(time.thread_time)
+        name = threading.current_thread().name.split(" ")[0].rstrip("_0123456789") or "thread"
+        profiles.setdefault(name, []).append(profiler)
+        profiler.enable()
+
+    threading.setprofile(profiled)
+    profiles["event loop"] = [cProfile.Profile(time.thread_time)]
+
+
+def _dump_profiles(profiles: dict[str, list[Any]], folder: str) -> None:
+    """Stop the profilers; one pstats file a kind of thread into ``folder``."""
+    import pstats
+
+    for group in profiles.values():
+        for profiler in group:
+            profiler.disable()
+    for name, group in profiles.items():
+        stats = pstats.Stats(group[0])
+        for profiler in group[1:]:
+            stats.add(profiler)
+        stats.dump_stats(f"{folder}/{os.getpid()}-{name.replace(' ', '_')}.prof")
 
 
 def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict[str, Any]:
@@ -125,6 +199,8 @@ def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict
                 "measure_from": measure_from,
                 "end_at": end_at,
                 "linger_s": 1.0,
+                "profile": cfg.profile,
+                "relay": not cfg.no_relay,
             }
             procs.append(
                 subprocess.Popen(
@@ -146,7 +222,12 @@ def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict
     finally:
         database.drop()
     reports = sum(r["reports"] for r in results)
+    threads: dict[str, float] = {}
+    for r in results:
+        for kind, cpu_s in r["threads"].items():
+            threads[kind] = threads.get(kind, 0.0) + cpu_s
     return {
+        "threads_ms_per_report": {k: 1000 * v / max(reports, 1) for k, v in sorted(threads.items())},
         "replicas": replicas,
         "reports_per_s": reports / cfg.duration,
         "cpu_ms_per_report": 1000 * sum(r["cpu_s"] for r in results) / max(reports, 1),
@@ -179,6 +260,19 @@ def main() -> None:
         default=[],
         help="a src/ folder to measure (repeat: each in turn; default: this tree's)",
     )
+    parser.add_argument(
+        "--no-relay",
+        action="store_true",
+        help="no replica bridge (live updates stay in their replica: not a valid setting, only to see what "
+        "relaying costs)",
+    )
+    parser.add_argument("--threads", action="store_true", help="also the CPU per report of each kind of thread")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="profile every thread of each replica (cProfile on thread CPU time); one pstats file a thread "
+        "kind and replica into DIR",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     cfg = parser.parse_args()
     if cfg.child:
@@ -198,6 +292,9 @@ def main() -> None:
                     f"{row['commits_per_report']:>12.3f}",
                     flush=True,
                 )
+                if cfg.threads:
+                    shares = ", ".join(f"{k} {v:.3f}" for k, v in row["threads_ms_per_report"].items())
+                    print(f"    threads, CPU ms/rep: {shares}", flush=True)
 
 
 if __name__ == "__main__":
