@@ -23,6 +23,14 @@ __all__ = ["Listener"]
 
 _log = logging.getLogger("stepwatch.server")
 
+LINGER_S = 0.005
+"""How long the thread rests after handing over what it read, before it reads again: notifications that
+arrive meanwhile are read and handed over together. Woken for each one, the thread cost ~25 us of CPU a
+notification (a wake-up, a read, the interpreter's lock taken back from a busy event loop), and with N
+replicas every replica hears every batch of the N - 1 others (measured: 0.02 ms of a replica's CPU per
+report with one replica, 0.09 with three); a change or a live update from another replica arrives at
+most this much later."""
+
 
 class Listener:
     """Listens on ``channels`` (name to callback) through connections made by ``connect``."""
@@ -33,11 +41,15 @@ class Listener:
         channels: dict[str, Callable[[str], None]],
         on_state: Callable[[bool], None],
         keepalive_s: float = 30.0,
+        linger_s: float = LINGER_S,
     ) -> None:
         self._connect = connect
         self._channels = channels
         self._on_state = on_state
         self._keepalive_s = keepalive_s
+        self._linger_s = linger_s
+        self.wakeups = 0
+        """How many times the thread woke up to read notifications (each wake-up reads all that came)."""
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self.connected = threading.Event()
@@ -107,6 +119,9 @@ class Listener:
             if not readable:
                 conn.execute("SELECT 1")  # a connection the server dropped shows here, not in select
                 continue
+            self.wakeups += 1
             pgconn.consume_input()
             while (notify := pgconn.notifies()) is not None:
                 self._dispatch(psycopg.Notify(notify.relname.decode(), notify.extra.decode(), notify.be_pid))
+            if self._linger_s > 0 and self._stop.wait(self._linger_s):
+                return
