@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from stepwatch.protocol import encode_float
-from stepwatch.server.store.rows import column_value
+from stepwatch.server.store import rows
+from stepwatch.server.store.rows import column_value, column_values
 
 
 class _Float(float):
@@ -117,3 +118,26 @@ def test_non_finite_float_outside_metrics_keeps_the_standard_text() -> None:
     """orjson writes NaN as null; such a value goes to the standard encoder, which keeps NaN."""
     assert column_value("health_evidence", {"loss": math.nan}) == '{"loss": NaN}'
     assert column_value("params", {"big": 2**70}) == json.dumps({"big": 2**70})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_reports_column_values_are_each_columns_value_and_the_metric_text_as_before(seed: int) -> None:
+    """``column_values`` (an update's dozen columns at once) writes what ``column_value`` writes column by
+    column; metric dicts whose values are all finite are written as they are, the same text as when each value
+    went through ``encode_float`` first."""
+    rng = random.Random(seed)
+    for _ in range(300):
+        metrics = {rng.choice(_STRINGS) + str(i): rng.choice(_FLOATS) for i in range(rng.randint(0, 8))}
+        finite = {k: _Float(v) if rng.random() < 0.2 else v for k, v in metrics.items() if math.isfinite(v)}
+        updates: dict[str, Any] = {
+            "updated_at": rng.random(),
+            "step": rng.randint(0, 10**6),
+            "last_metrics": metrics,
+            "metric_means": finite,
+            "params": _tree(rng, 3, safe=True),
+            "trainer_status": None,
+            "policy": _tree(rng, 2, safe=False),
+        }
+        assert column_values(updates) == [column_value(k, v) for k, v in updates.items()]
+        for value in (metrics, finite):
+            assert column_value("metric_means", value) == rows._dumps({k: encode_float(v) for k, v in value.items()})

@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - orjson is in the server extra
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["JOB_COLUMNS", "JOB_NAMES", "column_value", "job_from_row", "load_float", "store_float"]
+__all__ = ["JOB_COLUMNS", "JOB_NAMES", "column_value", "column_values", "job_from_row", "load_float", "store_float"]
 
 _JOB_TABLE = next(table for table in TABLES if table.name == "jobs")
 JOB_NAMES: tuple[str, ...] = tuple(c.name for c in _JOB_TABLE.columns if c.name in {f.name for f in fields(Job)})
@@ -60,15 +60,21 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
 
 def column_value(name: str, value: Any) -> Any:
     """A job field as its column stores it (the dicts are JSON; non-finite metrics as strings)."""
-    if name == "params":
+    encode = _ENCODERS.get(name)
+    return value if encode is None else encode(value)
+
+
+def column_values(updates: dict[str, Any]) -> list[Any]:
+    """:func:`column_value` of each of a job's changed fields, in their order (a report's update has a dozen)."""
+    encoders = _ENCODERS
+    return [value if (encode := encoders.get(name)) is None else encode(value) for name, value in updates.items()]
+
+
+def _metric_values(value: dict[str, float]) -> str:
+    """Metric values as JSON, non-finite ones as strings (when every value is finite, the dict as it is)."""
+    if all(map(math.isfinite, value.values())):
         return _dumps(value)
-    if name in ("last_metrics", "metric_means"):
-        return _dumps({k: encode_float(v) for k, v in value.items()})
-    if name in ("health_evidence", "policy", "policy_fired", "health_history"):
-        return _dumps(value, _str_like_json)
-    if name == "trainer_status":
-        return None if value is None else _dumps(value, ensure_ascii=False)
-    return value
+    return _dumps({k: encode_float(v) for k, v in value.items()})
 
 
 _ORJSON_OPTIONS = 0 if orjson is None else orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -101,3 +107,24 @@ def _str_like_json(obj: Any) -> Any:
     """``default=str`` as the standard encoder applies it, for both encoders: a subclass of float (numpy's
     float64) is a number to the standard encoder (which never calls ``default`` for it), orjson hands it here."""
     return float(obj) if isinstance(obj, float) else str(obj)
+
+
+def _loose(value: Any) -> str:
+    return _dumps(value, _str_like_json)
+
+
+def _trainer_status(value: Any) -> str | None:
+    return None if value is None else _dumps(value, ensure_ascii=False)
+
+
+_ENCODERS: dict[str, Callable[[Any], Any]] = {
+    "params": _dumps,
+    "last_metrics": _metric_values,
+    "metric_means": _metric_values,
+    "health_evidence": _loose,
+    "policy": _loose,
+    "policy_fired": _loose,
+    "health_history": _loose,
+    "trainer_status": _trainer_status,
+}
+"""How each JSON column is written (:func:`column_value`); every other column stores its value as it is."""

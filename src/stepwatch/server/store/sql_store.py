@@ -51,7 +51,7 @@ from .base import (
 )
 from .health_history import next_history
 from .replica_cache import ReplicaCache
-from .rows import JOB_COLUMNS, column_value, job_from_row
+from .rows import JOB_COLUMNS, column_values, job_from_row
 from .sql_dialect import Connection, Dialect
 
 __all__ = ["PENDING_SQL", "SqlStore"]
@@ -83,6 +83,8 @@ class SqlStore(Store):
         """Jobs written by the open transaction (job, token hash, just registered), cached at its commit."""
         self._unfolded: dict[tuple[int, str], int] = {}
         """Windows stored per series since its last fold into roll-ups (this process only)."""
+        self._update_sql: dict[tuple[str, ...], str] = {}
+        """The ``UPDATE`` of a job's row by the columns it writes, in their order (:meth:`_update`)."""
 
     def _sql(self, text: str) -> str:
         """A statement written with ``?`` placeholders, in the driver's own."""
@@ -168,9 +170,15 @@ class SqlStore(Store):
 
     def _update(self, conn: Any, job: Job, updates: dict[str, Any]) -> Job:
         """Write a job's changed columns (Python values), and remember the job as it now stands."""
-        columns = ", ".join(f"{k} = ?" for k in updates)
-        values = [column_value(k, v) for k, v in updates.items()]
-        conn.execute(self._sql(f"UPDATE jobs SET {columns} WHERE id = ?"), (*values, job.id))
+        names = tuple(updates)
+        sql = self._update_sql.get(names)
+        if sql is None:  # a report's update names the same columns each time: its statement is made once
+            if len(self._update_sql) >= 256:
+                self._update_sql.clear()
+            sql = self._update_sql[names] = self._sql(
+                f"UPDATE jobs SET {', '.join(f'{k} = ?' for k in names)} WHERE id = ?"
+            )
+        conn.execute(sql, (*column_values(updates), job.id))
         fresh = job.changed(**updates)
         self._remember(fresh)
         return fresh
