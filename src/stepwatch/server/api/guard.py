@@ -59,6 +59,7 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 )
+_SECURITY_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _LOOPBACK_NAMES = frozenset({"localhost"})
 
@@ -178,6 +179,15 @@ class Guard:
 def _with_security_headers(start: Message) -> None:
     """Add to a response's start the security headers it does not set itself."""
     headers = start.setdefault("headers", [])
+    for name, _ in headers:
+        if name.lower() in _SECURITY_NAMES:
+            break
+    else:  # it sets none of them (every answer of the app but a few): all of them, in their order
+        if isinstance(headers, list):
+            headers.extend(SECURITY_HEADERS)
+        else:
+            start["headers"] = [*headers, *SECURITY_HEADERS]
+        return
     present = {name.lower() for name, _ in headers}
     if isinstance(headers, list):
         headers.extend(h for h in SECURITY_HEADERS if h[0] not in present)
