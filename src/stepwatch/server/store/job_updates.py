@@ -41,17 +41,18 @@ def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[st
     ``newest``: the report is its rank's newest by the reporter's clock (a late one is history only).
     """
     report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
-    updates: dict[str, Any] = {"updated_at": now, "last_report_at": now}
     sample = None
     if identity.rank == 0 and newest:
-        updates.update(
-            step=progress.step,
-            epoch=progress.epoch,
-            samples=progress.samples,
-            steps_per_second=progress.steps_per_second,
-            samples_per_second=progress.samples_per_second,
-            world_size=identity.world_size,
-        )
+        updates: dict[str, Any] = {
+            "updated_at": now,
+            "last_report_at": now,
+            "step": progress.step,
+            "epoch": progress.epoch,
+            "samples": progress.samples,
+            "steps_per_second": progress.steps_per_second,
+            "samples_per_second": progress.samples_per_second,
+            "world_size": identity.world_size,
+        }
         if progress.total_steps is not None:
             updates["total_steps"] = progress.total_steps
         if progress.total_epochs is not None:
@@ -64,11 +65,14 @@ def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[st
             sample = ProgressSample(now, progress.step)
         if job.trainer_status is not None:  # a native report is the job's last word now, not the upstream status
             updates.update(trainer_status=None, reported_progress=None)
+    else:
+        updates = {"updated_at": now, "last_report_at": now}
     if report.params is not None:  # params only grow: a run's later ones add to those it started with
         updates["params"] = {**job.params, **report.params}
-    if report.metrics and (newest or any(w.name not in job.last_metrics for w in report.metrics)):
-        values = {w.name: w.last for w in report.metrics}
-        means = {w.name: w.last if w.mean is None else w.mean for w in report.metrics}
+    windows = report.metrics
+    if windows and (newest or any(w.name not in job.last_metrics for w in windows)):
+        values = {w.name: w.last for w in windows}
+        means = {w.name: w.last if w.mean is None else w.mean for w in windows}
         # a late report is history, not the latest values; the names it brings count all the same (the
         # latest values hold every name a job has: the limit on names is counted from them)
         if newest:
@@ -77,8 +81,8 @@ def report_updates(job: Job, item: PendingReport, newest: bool) -> tuple[dict[st
         else:
             updates["last_metrics"] = {**values, **job.last_metrics}
             updates["metric_means"] = {**means, **job.metric_means}
-    if report.metrics:
-        updates["nonfinite_total"] = job.nonfinite_total + sum(w.nonfinite for w in report.metrics)
+    if windows:
+        updates["nonfinite_total"] = job.nonfinite_total + sum([w.nonfinite for w in windows])
     return updates, sample
 
 

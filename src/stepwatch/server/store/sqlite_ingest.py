@@ -139,7 +139,9 @@ class SQLiteIngest(SqlStore):
         """Store one native report in the open transaction (``KeyError``: the job is not in the database)."""
         job = self._job_in(conn, item.job.id)
         report, now, identity, progress = item.report, item.now, item.report.identity, item.report.progress
-        check_metric_names(job, job.last_metrics, (w.name for w in report.metrics), self.max_metric_names)
+        windows = report.metrics
+        names = [w.name for w in windows]
+        check_metric_names(job, job.last_metrics, names, self.max_metric_names)
         sent_key = ("sent", job.id, identity.rank)
         last_sent = self._memo.get(sent_key)
         if last_sent is MISS:
@@ -161,13 +163,14 @@ class SQLiteIngest(SqlStore):
                 (job.id, identity.rank, report.run_id, report.sent_at, now, progress.step, progress.step_time,
                  identity.host, identity.pid, gpus),
             )  # fmt: skip
-        if report.metrics:
-            self._count_windows(conn, job.id, [w.name for w in report.metrics])
+        if windows:
+            job_id = job.id
+            self._count_windows(conn, job_id, names)
             conn.executemany(
                 _POINT_SQL,
                 [
-                    (job.id, w.name, w.last_step, now, store_float(w.last), w.min, w.max, w.mean, w.count, w.nonfinite)
-                    for w in report.metrics
+                    (job_id, w.name, w.last_step, now, store_float(w.last), w.min, w.max, w.mean, w.count, w.nonfinite)
+                    for w in windows
                 ],
             )
         events: tuple[Event, ...] = ()
