@@ -238,6 +238,76 @@ def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict
     }
 
 
+def store_child(args: dict[str, Any]) -> None:
+    """The store alone (``--store B``): batches of ``B`` reports of distinct jobs through ``ingest_reports``,
+    as the group commit hands them over; the CPU of the calling thread per report."""
+    import random
+
+    from server_ingest import report_dict
+
+    from stepwatch.protocol import Report
+    from stepwatch.server.store import PendingReport
+    from stepwatch.server.store.postgres import PostgresStore
+
+    store = PostgresStore(args["url"])
+    try:
+        jobs = [
+            store.register("trip", f"s-{j}", token_hash="x" * 64, now=time.time(), total_steps=10**7)
+            for j in range(args["batch"])
+        ]
+        rng = random.Random(1)
+        batches = [
+            [
+                PendingReport(job, Report.from_dict(report_dict("run", seq, rng, os.getpid())), time.time())
+                for job in jobs
+            ]
+            for seq in range(args["batches"] + args["warmup_batches"])
+        ]
+        for batch in batches[: args["warmup_batches"]]:
+            store.ingest_reports(batch)
+        print("ready", flush=True)
+        sys.stdin.readline()  # the parent reads the database's CPU now
+        cpu0 = time.thread_time()
+        for batch in batches[args["warmup_batches"] :]:
+            store.ingest_reports(batch)
+        cpu = time.thread_time() - cpu0
+        print(json.dumps({"reports": args["batches"] * args["batch"], "cpu_s": cpu}), flush=True)
+        sys.stdin.readline()  # the parent reads the database's CPU again, before the store's connections go
+    finally:
+        store.close()
+
+
+def measure_store(url: str, cfg: argparse.Namespace, src: Path) -> dict[str, Any]:
+    """``--store B``: one store, no server, on a fresh throwaway database."""
+    database = PostgresDatabase(url)
+    try:
+        args = {"url": database.url, "batch": cfg.store, "batches": cfg.batches, "warmup_batches": 20}
+        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE.parent}"}
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE), "--store-child", json.dumps(args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        db0 = database.cpu_s()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        result = json.loads(proc.stdout.readline())
+        db1 = database.cpu_s()
+        proc.stdin.write("end\n")
+        proc.stdin.flush()
+        proc.communicate(timeout=60)
+    finally:
+        database.drop()
+    return {
+        "cpu_ms_per_report": 1000 * result["cpu_s"] / result["reports"],
+        "db_cpu_ms_per_report": 1000 * (db1 - db0) / result["reports"],
+    }
+
+
 def _commits(database: PostgresDatabase) -> int:
     row = database._admin.execute(
         "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database.name,)
@@ -273,12 +343,33 @@ def main() -> None:
         help="profile every thread of each replica (cProfile on thread CPU time); one pstats file a thread "
         "kind and replica into DIR",
     )
+    parser.add_argument(
+        "--store",
+        type=int,
+        metavar="B",
+        help="the store alone instead: batches of B reports of distinct jobs through ingest_reports, no server "
+        "(the writing thread's CPU and the database's per report)",
+    )
+    parser.add_argument("--batches", type=int, default=200, help="--store: batches measured")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--store-child", help=argparse.SUPPRESS)
     cfg = parser.parse_args()
     if cfg.child:
         print(json.dumps(child(json.loads(cfg.child))))
         return
+    if cfg.store_child:
+        store_child(json.loads(cfg.store_child))
+        return
     sources = [Path(s).resolve() for s in cfg.src] or [HERE.parent.parent / "src"]
+    if cfg.store:
+        print(f"{'code':<28} {'batch':>6} {'writer CPU ms/rep':>18} {'db CPU ms/rep':>14}")
+        for _ in range(cfg.rounds):
+            for src in sources:
+                row = measure_store(cfg.database_url, cfg, src)
+                label = f"{src.parent.name}/{src.name}"[-28:]
+                cpu, db = row["cpu_ms_per_report"], row["db_cpu_ms_per_report"]
+                print(f"{label:<28} {cfg.store:>6} {cpu:>18.3f} {db:>14.3f}", flush=True)
+        return
     header = f"{'code':<28} {'replicas':>8} {'reports/s':>10} {'CPU ms/rep':>11} {'db CPU ms/rep':>14} "
     print(header + f"{'statements/rep':>15} {'commits/rep':>12}")
     for _ in range(cfg.rounds):

@@ -116,3 +116,90 @@ def test_notifications_that_come_together_are_read_in_one_wake_up(database: Any)
         started = time.monotonic()
         listener.close()
         assert time.monotonic() - started < 0.4
+
+
+# ------------------------------------------------------------------- the jobs a batch wrote, not decoded
+
+
+def _decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the job rows the PostgreSQL batch writer decodes (one entry a row)."""
+    from stepwatch.server.store import postgres_ingest
+
+    decoded: list[int] = []
+    original = postgres_ingest.job_from_row
+
+    def counting(row: tuple[Any, ...]) -> Any:
+        decoded.append(1)
+        return original(row)
+
+    monkeypatch.setattr(postgres_ingest, "job_from_row", counting)
+    return decoded
+
+
+def test_a_batch_takes_the_job_it_wrote_last_and_decodes_a_row_another_write_changed(
+    database: Any, make_report: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job row still as this store's last batch wrote it (its version, ``xmin``, unchanged) is not decoded
+    again; a row another replica wrote since, or another write of this store, is, and what that write
+    changed is seen."""
+    from stepwatch.protocol import Report
+    from stepwatch.server.store import IngestResult, PendingReport
+
+    a, b = database.open(), database.open()
+    job = a.register("ns", "memo", token_hash="h", now=1.0)
+
+    def ingest(seq: int, now: float) -> Any:
+        body = make_report(seq, seq * 10, {"loss": 1.0 / seq, "acc": float("nan")}, params={f"p{seq}": seq})
+        (result,) = a.ingest_reports([PendingReport(job, Report.from_dict(body), now)])
+        assert isinstance(result, IngestResult), result
+        return result.job
+
+    ingest(1, 2.0)
+    decoded = _decodes(monkeypatch)
+    second = ingest(2, 3.0)
+    assert decoded == []  # the row is as the first batch wrote it
+    assert repr(second) == repr(database.open().job_by_id(job.id))  # what a fresh read decodes
+    b.set_health(job.id, "stalled", 3.5, {"message": "no progress"}, 3.5)  # another replica writes the row
+    third = ingest(3, 4.0)
+    assert decoded == [1] and third.health == "stalled" and third.step == 30
+    ingest(4, 5.0)
+    assert decoded == [1]
+    a.set_estimate(job.id, 10.0, 1.0, 5.5)  # this store, but not a batch: decoded again
+    fifth = ingest(5, 6.0)
+    assert decoded == [1, 1] and fifth.eta_seconds is not None
+    assert repr(fifth) == repr(database.open().job_by_id(job.id))
+
+
+def test_batches_taking_the_jobs_they_wrote_leave_the_jobs_a_fresh_read_gives(database: Any, make_report: Any) -> None:
+    """Random batches (several ranks, late and duplicate reports, non-finite values, growing params) of
+    jobs that only one store writes: each batch's jobs are those a fresh store reads from the database."""
+    import random
+
+    from stepwatch.protocol import Report
+    from stepwatch.server.store import IngestResult, PendingReport
+
+    rng = random.Random(31)
+    store = database.open()
+    jobs = [store.register("ns", f"j{i}", token_hash="h", now=1.0) for i in range(4)]
+    seqs = {(j.id, r): 0 for j in jobs for r in (0, 1)}
+    for n in range(25):
+        batch = []
+        for job in rng.sample(jobs, rng.randint(1, 4)):
+            rank = rng.choice((0, 0, 1))
+            seq = seqs[(job.id, rank)] = seqs[(job.id, rank)] + rng.choice((1, 1, 1, 0, -1))  # 0: a retry
+            value = rng.choice((rng.random(), float("nan"), float("inf")))
+            body = make_report(
+                max(seq, 0),
+                max(seq, 0) * 5,
+                {"loss": value, f"m{rng.randint(0, 5)}": rng.random()},
+                rank=rank,
+                world_size=2,
+                params={f"p{rng.randint(0, 3)}": n} if rng.random() < 0.3 else None,
+            )
+            batch.append(PendingReport(job, Report.from_dict(body), 2.0 + n))
+        results = store.ingest_reports(batch)
+        assert all(isinstance(r, IngestResult) for r in results), results
+        fresh = database.open()
+        for job in jobs:
+            assert repr(store.job_by_id(job.id)) == repr(fresh.job_by_id(job.id))
+        fresh.close()

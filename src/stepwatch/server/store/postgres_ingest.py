@@ -118,34 +118,65 @@ class ReportFailed(Exception):
 class PostgresIngest(SqlStore):
     """The PostgreSQL store's writes of reports (see the module docstring)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._written_rows: dict[int, tuple[str, Job]] = {}
+        """Jobs as this store's batches last wrote their rows, by id: the row's version (``xmin``, the id of
+        the transaction that wrote it) and the job. The next batch that locks a row still of that version
+        takes the job from here instead of decoding the row (its JSON columns, ~45 us a job); any other
+        write of the row (another replica's, or another write of this store's) makes a new version, which
+        is decoded."""
+
+    _ROW_MEMO = 20_000
+    """Jobs kept in :attr:`_written_rows` at most (then it starts again empty)."""
+
     def ingest_reports(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
         """Store reports in one transaction, in few round trips; a report that fails fails alone."""
+        versions: list[Any] = []
         try:
             with self._write() as conn:
-                return self._write_reports(conn, batch, isolate=False)
+                results = self._write_reports(conn, batch, isolate=False, versions=versions)
         except ReportFailed:
+            versions.clear()
             with self._write(pipeline=False) as conn:  # savepoints, one report at a time
-                return self._write_reports(conn, batch, isolate=True)
+                results = self._write_reports(conn, batch, isolate=True, versions=versions)
+        self._note_versions(versions)
+        return results
+
+    def _note_versions(self, versions: list[Any]) -> None:
+        """After a batch's commit: the versions of the rows it wrote (the ``UPDATE``s' answers, read now
+        that the pipeline has read them), each with the job as the batch wrote it."""
+        written = self._written_rows
+        if len(written) > self._ROW_MEMO:
+            written.clear()
+        for cursor, jobs in versions:
+            for job_id, xmin in cursor.fetchall():
+                job = jobs.get(job_id)
+                if job is not None:
+                    written[job_id] = (xmin, job)
 
     def _write_reports(
-        self, conn: Connection, batch: Sequence[PendingReport], isolate: bool
+        self, conn: Connection, batch: Sequence[PendingReport], isolate: bool, versions: list[Any]
     ) -> list[IngestResult | StoreError]:
         """Write a batch in the open transaction; each report gets its result or its own error.
 
         ``isolate``: a savepoint per report (else the first failure raises :class:`ReportFailed`).
+        ``versions``: gets what :meth:`_note_versions` reads once the transaction has committed.
         """
         ids = sorted({item.job.id for item in batch})
         # the rows of every job of the batch, locked in id order: two replicas never deadlock over them
         locked = conn.execute(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (ids,)
+            f"SELECT xmin::text, {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (ids,)
         )
         commands = conn.execute(
             "SELECT job_id, id, kind, reason FROM commands WHERE job_id = ANY(%s) AND acked_at IS NULL "
             "ORDER BY job_id, created_at",
             (ids,),
         )
+        memo = self._written_rows
         for row in locked.fetchall():
-            self._remember(job_from_row(row))
+            last = memo.get(row[1])  # as this store wrote it, if the row is still that version
+            self._remember(last[1] if last is not None and last[0] == row[0] else job_from_row(row[1:]))
         pending: dict[int, list[Command]] = {i: [] for i in ids}
         for job_id, command_id, kind, reason in commands.fetchall():
             pending[job_id].append(Command(id=command_id, kind=kind, reason=reason))
@@ -167,7 +198,10 @@ class PostgresIngest(SqlStore):
                         results[id(item)] = self._apply(conn, item, answer, pending, changed)
             except psycopg.Error as exc:
                 raise ReportFailed from exc
-        _update_jobs(conn, changed)
+        cursors = _update_jobs(conn, changed)
+        if cursors:
+            jobs = {i: self._remembered[i][0] for i in changed if i in self._remembered}
+            versions.extend((cursor, jobs) for cursor in cursors)
         return [
             results.get(id(item)) or StoreError(f"the report of job {item.job.key} is not in the database")
             for item in batch
@@ -303,9 +337,11 @@ def _params(item: PendingReport) -> dict[str, Any]:
     }
 
 
-def _update_jobs(conn: Connection, changed: dict[int, dict[str, Any]]) -> None:
+def _update_jobs(conn: Connection, changed: dict[int, dict[str, Any]]) -> list[psycopg.Cursor[tuple[Any, ...]]]:
     """Write what a batch changed in its jobs' rows: one statement for the jobs whose changes are of the
-    same columns (most batches: every job's), each column an array."""
+    same columns (most batches: every job's), each column an array. Their cursors, whose rows (read once
+    the pipeline has read them) are each job's id and its row's new version."""
+    cursors = []
     groups: dict[tuple[str, ...], list[int]] = {}
     for job_id, updates in changed.items():
         if updates:
@@ -314,19 +350,25 @@ def _update_jobs(conn: Connection, changed: dict[int, dict[str, Any]]) -> None:
         if len(ids) == 1:
             updates = changed[ids[0]]
             sets = ", ".join(f"{k} = %s" for k in columns)
-            conn.execute(
-                f"UPDATE jobs SET {sets} WHERE id = %s", (*[column_value(k, updates[k]) for k in columns], ids[0])
+            cursors.append(
+                conn.execute(
+                    f"UPDATE jobs SET {sets} WHERE id = %s RETURNING id, xmin::text",
+                    (*[column_value(k, updates[k]) for k in columns], ids[0]),
+                )
             )
             continue
         sets = ", ".join(f"{k} = v.{k}::{_JOB_CASTS[k]}" for k in columns)
         arrays = [_array(str(i) for i in ids)]
         arrays += [_array(_literal(column_value(k, changed[i][k])) for i in ids) for k in columns]
         unnest = ", ".join("%s::text[]" for _ in arrays)
-        conn.execute(
-            f"UPDATE jobs SET {sets} FROM unnest({unnest}) AS v (id, {', '.join(columns)}) "
-            "WHERE jobs.id = v.id::bigint",
-            arrays,
+        cursors.append(
+            conn.execute(
+                f"UPDATE jobs SET {sets} FROM unnest({unnest}) AS v (id, {', '.join(columns)}) "
+                "WHERE jobs.id = v.id::bigint RETURNING jobs.id, jobs.xmin::text",
+                arrays,
+            )
         )
+    return cursors
 
 
 _JOB_CASTS = {c.name: postgres_cast(c.type) for t in TABLES if t.name == "jobs" for c in t.columns}
