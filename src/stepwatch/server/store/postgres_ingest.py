@@ -402,9 +402,40 @@ def _waves(items: Sequence[PendingReport]) -> list[list[PendingReport]]:
 
 
 def _batch_params(items: Sequence[PendingReport]) -> dict[str, Any]:
-    """:data:`BATCH_SQL`'s parameters: each column of the reports, and of their windows, as one array."""
+    """:data:`BATCH_SQL`'s parameters: each column of the reports, and of their windows, as one array.
+
+    The windows' columns are filled in one pass over each report's windows, what a report gives all its
+    windows (job, rank, time) written once (a column a generator over every window cost ~2x)."""
     reports = [item.report for item in items]
-    windows = [(item, w) for item in items for w in item.report.metrics]
+    w_job: list[str] = []
+    w_rank: list[str] = []
+    ts: list[str] = []
+    metrics: list[str] = []
+    steps: list[str] = []
+    lasts: list[str] = []
+    mins: list[str] = []
+    maxs: list[str] = []
+    means: list[str] = []
+    counts: list[str] = []
+    nonfinites: list[str] = []
+    quoted = _quoted_name
+    for item in items:
+        windows = item.report.metrics
+        if not windows:
+            continue
+        n = len(windows)
+        w_job += [str(item.job.id)] * n
+        w_rank += [str(item.report.identity.rank)] * n
+        ts += [repr(item.now)] * n
+        for w in windows:
+            metrics.append(quoted.get(w.name) or _quote_name(w.name))
+            steps.append(str(w.last_step))
+            lasts.append(repr(w.last))
+            mins.append("NULL" if w.min is None else repr(w.min))
+            maxs.append("NULL" if w.max is None else repr(w.max))
+            means.append("NULL" if w.mean is None else repr(w.mean))
+            counts.append(str(w.count))
+            nonfinites.append(str(w.nonfinite))
     return {
         "job": _array(str(item.job.id) for item in items),
         "run": _array(_quoted(r.run_id) for r in reports),
@@ -416,19 +447,30 @@ def _batch_params(items: Sequence[PendingReport]) -> dict[str, Any]:
         "step_time": _array(_float(r.progress.step_time) for r in reports),
         "host": _array(_text(r.identity.host) for r in reports),
         "pid": _array(_int(r.identity.pid) for r in reports),
-        "gpus": _array(_quoted(json.dumps([g.to_dict() for g in r.gpus])) for r in reports),
-        "w_job": _array(str(item.job.id) for item, _ in windows),
-        "w_rank": _array(str(item.report.identity.rank) for item, _ in windows),
-        "metrics": _array(_quoted(w.name) for _, w in windows),
-        "steps": _array(str(w.last_step) for _, w in windows),
-        "ts": _array(repr(item.now) for item, _ in windows),
-        "lasts": _array(repr(w.last) for _, w in windows),
-        "mins": _array(_float(w.min) for _, w in windows),
-        "maxs": _array(_float(w.max) for _, w in windows),
-        "means": _array(_float(w.mean) for _, w in windows),
-        "counts": _array(str(w.count) for _, w in windows),
-        "nonfinites": _array(str(w.nonfinite) for _, w in windows),
+        "gpus": _array(_quoted(json.dumps([g.to_dict() for g in r.gpus])) if r.gpus else '"[]"' for r in reports),
+        "w_job": _array(w_job),
+        "w_rank": _array(w_rank),
+        "metrics": _array(metrics),
+        "steps": _array(steps),
+        "ts": _array(ts),
+        "lasts": _array(lasts),
+        "mins": _array(mins),
+        "maxs": _array(maxs),
+        "means": _array(means),
+        "counts": _array(counts),
+        "nonfinites": _array(nonfinites),
     }
+
+
+_quoted_name: dict[str, str] = {}
+"""Metric names as array elements (:func:`_quoted`), kept: a job's reports name the same metrics."""
+
+
+def _quote_name(name: str) -> str:
+    if len(_quoted_name) >= 4096:
+        _quoted_name.clear()
+    text = _quoted_name[name] = _quoted(name)
+    return text
 
 
 # Arrays as PostgreSQL's text literals: psycopg's list dumper inspects every element for its type,
