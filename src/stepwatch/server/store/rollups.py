@@ -12,11 +12,12 @@ level-1 rows, and so on. Rows are merged with the history's own bucket arithmeti
 (:func:`~stepwatch.server.analysis.downsample_columns`, which is associative): min of the mins, max
 of the maxes, sums of counts, finite-weighted means, and a non-finite ``last`` stays visible.
 
-Folding happens at ingest, once :data:`FANOUT` new windows of a series have arrived (amortised: a
-read of 16 rows and one insert per 16 windows), at most :data:`FOLD_CHUNK` windows at a time so a
-report never waits long; a read folds what ingest has not (data from before this schema, or written
-by another tool). Each roll-up row names the last ``points`` rowid it covers, so a read takes the
-coarsest level that still has enough rows, then the finer rows and the raw windows after it.
+Folding happens at ingest, once the store's interval of new windows of a series have arrived
+(``SqlStore._FOLD_EVERY``, 256: a read of 256 rows and 16 inserts, amortised), at most :data:`FOLD_CHUNK`
+windows at a time so a report never waits long; a read folds what ingest has not (data from before this
+schema, or written by another tool) and reads the windows after the last fold one by one. Each roll-up
+row names the last ``points`` rowid it covers, so a read takes the coarsest level that still has enough
+rows, then the finer rows and the raw windows after it.
 
 Where arrival order and step order differ (a late window, a first report from a resumed run), a
 read opens the few rows that overlap into their windows. A series whose steps go back and forth
