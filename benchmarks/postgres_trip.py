@@ -100,12 +100,16 @@ async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict
     await asyncio.sleep(max(0.0, args["start_at"] - time.time()))
     tasks = [asyncio.create_task(reporter(k)) for k in range(args["concurrency"])]
     await asyncio.sleep(max(0.0, args["measure_from"] - time.time()))
+    heard = _count_heard(store)
     cpu0, statements0, threads0 = time.process_time(), counted["statements"], _thread_cpu()
+    heard0, wakeups0 = heard["n"], getattr(store._listener, "wakeups", 0)
     if profiles:
         profiles["event loop"][0].enable()
     await asyncio.sleep(max(0.0, args["end_at"] - time.time()))
     cpu = time.process_time() - cpu0
     threads = {k: v - threads0.get(k, 0.0) for k, v in _thread_cpu().items()}
+    threads["notifications heard (per 1,000 reports)"] = heard["n"] - heard0
+    threads["listener wake-ups (per 1,000 reports)"] = getattr(store._listener, "wakeups", 0) - wakeups0
     if profiles:
         _dump_profiles(profiles, args["profile"])
     statements = counted["statements"] - statements0
@@ -118,8 +122,22 @@ async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict
         "cpu_s": cpu,
         "statements": statements,
         "relayed_in": bridge.received,
+        "relayed_out": bridge.sent,
         "threads": threads,
     }
+
+
+def _count_heard(store: Any) -> dict[str, int]:
+    """Counts the notifications a store's listening thread hands over (``["n"]``)."""
+    heard = {"n": 0}
+    dispatch = store._listener._dispatch
+
+    def counting(notify: Any) -> None:
+        heard["n"] += 1
+        dispatch(notify)
+
+    store._listener._dispatch = counting
+    return heard
 
 
 def _thread_cpu() -> dict[str, float]:
@@ -235,6 +253,7 @@ def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict
         "statements_per_report": sum(r["statements"] for r in results) / max(reports, 1),
         "commits_per_report": (commits1 - commits0) / max(reports, 1),
         "relayed_in": sum(r["relayed_in"] for r in results),
+        "relayed_out": sum(r["relayed_out"] for r in results),
     }
 
 
@@ -386,6 +405,8 @@ def main() -> None:
                 if cfg.threads:
                     shares = ", ".join(f"{k} {v:.3f}" for k, v in row["threads_ms_per_report"].items())
                     print(f"    threads, CPU ms/rep: {shares}", flush=True)
+                    relayed = f"sent {row['relayed_out']}, received {row['relayed_in']}"
+                    print(f"    live updates relayed: {relayed}", flush=True)
 
 
 if __name__ == "__main__":
