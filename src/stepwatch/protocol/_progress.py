@@ -163,35 +163,46 @@ def _identity_at_once(cls: type[Identity], obj: dict[str, Any]) -> Identity | No
     return identity
 
 
-_PROGRESS_INTEGERS: Final = (("step", 0), ("total_steps", 1), ("samples", 0))
-_PROGRESS_NUMBERS: Final = (
-    "epoch",
-    "steps_per_second",
-    "samples_per_second",
-    "step_time",
-    "eta_seconds",
-    "phase_seconds",
-)
+_PROGRESS_KINDS: Final = {
+    "step": 0,
+    "samples": 0,
+    "total_steps": 1,
+    "epoch": 2,
+    "steps_per_second": 2,
+    "samples_per_second": 2,
+    "step_time": 2,
+    "eta_seconds": 2,
+    "phase_seconds": 2,
+    "total_epochs": 3,
+    "phase": 4,
+}
+"""What each field of a progress object is, for its one-pass reader: an integer from 0 (``0``) or from 1
+(``1``), a number >= 0 (``2``), a number > 0 (``3``), a phase (``4``); any other key is not read."""
+_NO_PROGRESS: Final = dict.fromkeys(_PROGRESS_FIELDS)
 
 
 def _progress_at_once(cls: type[Progress], obj: dict[str, Any]) -> Progress | None:
     """A progress object of plain in-range integers and finite non-negative floats, built in one pass (as
-    :func:`_window_at_once`); ``None`` for anything else, read field by field."""
+    :func:`_window_at_once`); ``None`` for anything else, read field by field. Only the fields the object
+    carries are looked at (a report core's carries 6 of the 11)."""
     top = LIMITS.max_integer
-    values = {k: obj.get(k) for k in _PROGRESS_FIELDS}
-    for key, least in _PROGRESS_INTEGERS:
-        value = values[key]
-        if value is not None and not (type(value) is int and least <= value <= top):
+    values = _NO_PROGRESS.copy()
+    for key, value in obj.items():
+        kind = _PROGRESS_KINDS.get(key)
+        if kind is None or value is None:
+            continue
+        if kind < 2:
+            if not (type(value) is int and kind <= value <= top):
+                return None
+        elif kind == 2:
+            if not _plain_number(value):
+                return None
+        elif kind == 3:
+            if not (_plain_number(value) and value > 0):
+                return None
+        elif value not in PHASES:
             return None
-    for key in _PROGRESS_NUMBERS:
-        value = values[key]
-        if value is not None and not _plain_number(value):
-            return None
-    total_epochs, phase = values["total_epochs"], values["phase"]
-    if total_epochs is not None and not (_plain_number(total_epochs) and total_epochs > 0):
-        return None
-    if phase is not None and phase not in PHASES:
-        return None
+        values[key] = value
     progress = object.__new__(cls)
     progress.__dict__.update(values)
     return progress
