@@ -206,3 +206,26 @@ def test_a_batch_written_on_the_loop_needs_no_task_and_a_busy_store_hands_the_re
     assert store.batches == [[0.0], [1.0], [2.0], [3.0], [4.0, 5.0], [6.0]]
     assert tasks == [False, False, False, False, True, False]  # the queued pair: tried on the loop, from the task
     assert writer.written_now == 6 and writer.written == 7 and writer.batches == 6
+
+
+def test_a_store_that_always_waits_is_tried_from_a_task_after_its_first_answer() -> None:
+    """A store on a network never writes at once (PostgreSQL's ``ingest_reports_nowait`` answers ``None``): once
+    it has said so, each later batch starts in a task that tries it and hands the batch to a thread, as
+    before callbacks; only the first went through a callback."""
+    store = Recorder()
+    in_task: list[bool] = []
+
+    def never(batch: Sequence[PendingReport]) -> list[IngestResult | StoreError] | None:
+        in_task.append(asyncio.current_task() is not None)
+        return None
+
+    async def main() -> ReportWriter:
+        writer = ReportWriter(store, offload, write_now=never)
+        for n in range(4):
+            await writer.write(item(n))
+        return writer
+
+    writer = asyncio.run(main())
+    assert store.batches == [[0.0], [1.0], [2.0], [3.0]]
+    assert in_task == [False, True, True, True]
+    assert writer.written_now == 0 and writer.written == 4

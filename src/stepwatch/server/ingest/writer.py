@@ -53,6 +53,8 @@ class ReportWriter:
         self._task: asyncio.Task[None] | None = None
         self._busy = False
         """A batch is being written or is due (a callback or :attr:`_task`): new reports wait in the queue."""
+        self._waits = False
+        """The store's last ``write_now`` answered ``None``: the next batch goes straight to a task."""
         self.batches = 0
         self.written = 0
 
@@ -63,9 +65,9 @@ class ReportWriter:
         self._queue.append((item, future))
         if not self._busy:
             self._busy = True
-            if self._write_now is not None:
+            if self._write_now is not None and not self._waits:
                 loop.call_soon(self._write_soon)
-            else:
+            else:  # a store that waited last time (a network's always does) is tried from a task, as before
                 self._task = asyncio.create_task(self._drain())
         return await future  # a client that hangs up cancels its future, not the batch
 
@@ -92,6 +94,7 @@ class ReportWriter:
                 results = []
             else:
                 if results is None:  # the lock is taken: a thread waits for it
+                    self._waits = True
                     self._task = asyncio.create_task(self._drain(batch))
                     handed = True
                     return
@@ -114,6 +117,7 @@ class ReportWriter:
                 items = [item for item, _ in batch]
                 try:
                     results = self._write_now(items) if now and self._write_now is not None else None
+                    self._waits = results is None
                     if results is None:
                         results = await self._offload(self._write, items)
                     else:
