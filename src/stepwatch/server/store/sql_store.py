@@ -169,7 +169,10 @@ class SqlStore(Store):
             raise StoreError(f"job {job_id} is not in the database") from None
 
     def _update(self, conn: Any, job: Job, updates: dict[str, Any]) -> Job:
-        """Write a job's changed columns (Python values), and remember the job as it now stands."""
+        """Write a job's changed columns (Python values), and remember the job as it now stands; no
+        columns (a heartbeat that leaves the row as it is, ``job_updates.HEARTBEAT_LAG_S``): no statement."""
+        if not updates:
+            return job
         names = tuple(updates)
         sql = self._update_sql.get(names)
         if sql is None:  # a report's update names the same columns each time: its statement is made once
