@@ -24,6 +24,11 @@ commit) which jobs and names it changed; every store listens (:mod:`.postgres_no
 them. A job read or written is cached only if no notification about it arrived in between, and
 nothing is served from the cache while the listening connection is down.
 
+**Presence.** The listening connection holds a shared advisory lock (``lock_key(schema, "replica")``),
+which PostgreSQL releases when that connection ends: :meth:`PostgresStore.others_present` counts the
+other replicas from ``pg_locks``, and :meth:`PostgresStore.send_presence` sends the hellos and acks by
+which the replica bridges agree on relaying (``stepwatch.server.live.replicas``).
+
 Every read and write both stores do with the same statements (jobs, history, commands, policies,
 events, tokens, the audit log) is written once in :mod:`.sql_store`; how a batch of reports is
 written, in :mod:`.postgres_ingest`; what a report changes in its job's row, once in :mod:`.job_updates`.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -53,6 +59,12 @@ from .sql_dialect import POSTGRES, Connection, QmarkConnection
 from .sql_history import SqlHistory
 
 __all__ = ["PostgresStore", "channel", "lock_key", "redacted"]
+
+_log = logging.getLogger("stepwatch.server")
+
+_HELLO = ',"hello":'
+_ACK = ',"ack":'
+"""How :meth:`PostgresStore.send_presence`'s messages differ from a change's (``{"o":..,"j":..}``)."""
 
 _NOTIFY_LIMIT = 7000
 """Bytes of a notification's payload this store sends at most (PostgreSQL's limit is 8,000)."""
@@ -130,6 +142,15 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
         self._live_lock = threading.Lock()
         self.live_handlers: list[Callable[[str], None]] = []
         """Callbacks of the live channel (the replica bridge's), called in the listening thread."""
+        self.hello_handler: Callable[[str], None] | None = None
+        """Called (in the listening thread) with the nonce of another replica's hello; it must answer it
+        with :meth:`send_presence`. Without one, this store answers at once: it has no relay to put back."""
+        self.ack_handlers: list[Callable[[str, int], None]] = []
+        """Called (in the listening thread) with each ack heard: the hello's nonce, and the listening
+        connection's process id of the replica that answered."""
+        self.listening_handlers: list[Callable[[bool], None]] = []
+        """Called (in the listening thread) when the listening connection comes up or goes down."""
+        self._presence_key = lock_key(self.schema, "replica")
         self._listener = Listener(
             self._connect,
             {
@@ -137,6 +158,7 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
                 self.live_channel: self._on_live,
             },
             self._on_listening,
+            on_connect=self._be_present,
         )
         self._listener.start(connect_timeout_s)
 
@@ -235,16 +257,80 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
     # ------------------------------------------------------------------------------------ caching
 
     def _on_changed(self, payload: str) -> None:
-        self._cache.on_changed(payload)
+        if _HELLO in payload or _ACK in payload:  # (a change's payload holds numbers and Kubernetes names only)
+            self._on_presence(payload)
+        else:
+            self._cache.on_changed(payload)
 
     def _on_listening(self, listening: bool) -> None:
         self._cache.on_listening(listening)
+        for handler in list(self.listening_handlers):
+            handler(listening)
 
     def _on_live(self, payload: str) -> None:
         for handler in list(self.live_handlers):
             handler(payload)
 
     # ---------------------------------------------------------------------------------- replicas
+
+    def _be_present(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Hold the presence lock on the listening connection (shared: every replica holds it), just before
+        its ``LISTEN`` (one round trip, during which a hello is not heard: its sender waits for the timeout,
+        and this replica relays meanwhile)."""
+        conn.execute("SELECT pg_advisory_lock_shared(%s)", (self._presence_key,))
+
+    @property
+    def listening(self) -> bool:
+        """Whether the listening connection is up (notifications are heard)."""
+        return self._listener.connected.is_set()
+
+    def others_present(self) -> frozenset[int] | None:
+        """The listening connections (backend process ids) of the other stores on this schema that hold
+        the presence lock, or ``None`` while this store's own is down (it cannot tell)."""
+        own = self._listener.pid
+        if not self.listening:
+            return None
+        unsigned = self._presence_key & 0xFFFF_FFFF_FFFF_FFFF  # a bigint key: its halves, as pg_locks shows them
+        rows = self._read(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid",
+            (unsigned >> 32, unsigned & 0xFFFF_FFFF),
+        )
+        return frozenset(int(pid) for (pid,) in rows if pid is not None and pid != own)
+
+    def send_presence(self, kind: str, nonce: str) -> None:
+        """Send a ``hello`` (a replica starts or listens again) or an ``ack`` of one (with this store's
+        listening connection's process id) on the jobs channel, which every replica hears; a store before
+        these reads either as a change of no job."""
+        message: dict[str, Any] = {"o": self.origin, kind: nonce}
+        if kind == "ack":
+            message["p"] = self._listener.pid
+        payload = json.dumps(message, separators=(",", ":"))
+        with self._live_lock:
+            try:
+                self._live_connection().execute("SELECT pg_notify(%s, %s)", (self._jobs_channel, payload))
+            except psycopg.Error as exc:
+                self._close_live()
+                raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
+
+    def _on_presence(self, payload: str) -> None:
+        """A hello or an ack heard (in the listening thread)."""
+        message = json.loads(payload)
+        if message.get("o") == self.origin:
+            return  # this store's own
+        if "hello" in message:
+            handler = self.hello_handler
+            if handler is not None:
+                handler(str(message["hello"]))
+                return
+            try:
+                self.send_presence("ack", str(message["hello"]))
+            except StoreError as exc:
+                _log.warning("a replica's hello could not be answered: %s", exc)
+        elif "ack" in message:
+            for ack in list(self.ack_handlers):
+                ack(str(message["ack"]), int(message.get("p") or 0))
 
     def send_live(self, payloads: Sequence[str], now: float, origin: str = "") -> None:
         """Notify the other replicas of live updates (JSON texts), in order; large ones go through a table
@@ -259,10 +345,7 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
             return
         with self._live_lock:
             try:
-                conn = self._live_conn
-                if conn is None or conn.closed:
-                    conn = self._live_conn = self._connect()
-                    conn.execute("SET synchronous_commit TO OFF")
+                conn = self._live_connection()
                 sent: list[str] = []
                 for payload in payloads:
                     if len(payload) <= _NOTIFY_LIMIT // 4 or len(payload.encode()) <= _NOTIFY_LIMIT:
@@ -282,6 +365,14 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
             except psycopg.Error as exc:
                 self._close_live()  # a new connection at the next call
                 raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
+
+    def _live_connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """The connection live updates and presence messages go through (under ``_live_lock``)."""
+        conn = self._live_conn
+        if conn is None or conn.closed:
+            conn = self._live_conn = self._connect()
+            conn.execute("SET synchronous_commit TO OFF")
+        return conn
 
     def _close_live(self) -> None:
         conn, self._live_conn = self._live_conn, None

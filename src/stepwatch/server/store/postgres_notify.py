@@ -4,7 +4,9 @@ One connection per process, kept open: it listens on a few channels, waits on it
 pipe that :meth:`Listener.close` writes to, so closing takes no timeout), and hands each payload to
 the callback of its channel. A lost connection is reported (``on_state(False)``) and reopened with
 backoff; notifications sent while it was away are lost, which is why the store stops trusting its
-cache until ``on_state(True)``.
+cache until ``on_state(True)``. ``on_connect`` runs on each new connection just before its ``LISTEN``
+statements: the store takes its presence lock there (``stepwatch.server.live.replicas``), which
+PostgreSQL releases when that connection ends.
 """
 
 from __future__ import annotations
@@ -44,10 +46,14 @@ class Listener:
         on_state: Callable[[bool], None],
         keepalive_s: float = 30.0,
         linger_s: float = LINGER_S,
+        on_connect: Callable[[psycopg.Connection[tuple[Any, ...]]], None] | None = None,
     ) -> None:
         self._connect = connect
         self._channels = channels
         self._on_state = on_state
+        self._on_connect = on_connect
+        self.pid = 0
+        """The listening connection's backend process id (that of the last one while none is up)."""
         self._keepalive_s = keepalive_s
         self._linger_s = linger_s
         self.wakeups = 0
@@ -93,8 +99,11 @@ class Listener:
             try:
                 conn = self._connect()
                 conn.add_notify_handler(self._dispatch)  # those that arrive while a statement runs
+                if self._on_connect is not None:
+                    self._on_connect(conn)
                 for channel in self._channels:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                self.pid = conn.info.backend_pid
                 self._on_state(True)
                 self.connected.set()
                 delay = 0.1
