@@ -28,10 +28,10 @@ def backend() -> str:
     return "postgres"
 
 
-def _replica(database: Any) -> tuple[ReplicaBridge, Broadcaster, list[int]]:
+def _replica(database: Any, **kwargs: Any) -> tuple[ReplicaBridge, Broadcaster, list[int]]:
     """A replica's bridge, its broadcaster, and the ``i`` of each update relayed to it, in order."""
     live = Broadcaster()
-    bridge = ReplicaBridge(database.open(), live, check_s=CHECK_S)
+    bridge = ReplicaBridge(database.open(), live, check_s=CHECK_S, **kwargs)
     got: list[int] = []
     publish = live.publish
 
@@ -108,12 +108,16 @@ def test_a_replica_that_starts_later_hears_every_update_from_its_start_on(databa
 
 
 def test_a_replica_that_leaves_lets_the_other_go_back_to_alone(database: Any) -> None:
+    """Within the check period (what A heard from B, of this version, does not keep A relaying)."""
+
     async def run() -> None:
-        a, _, _ = _replica(database)
-        b, _, _ = _replica(database)
+        a, _, a_got = _replica(database)
+        b, b_live, _ = _replica(database)
         await a.start()
         await b.start()
         assert a.relaying and b.relaying
+        b_live.publish("points", "ns", "b", {"i": 1})
+        assert await _until(lambda: a_got == [1])
         await asyncio.sleep(3 * CHECK_S)
         assert a.relaying
         await b.aclose()
@@ -198,6 +202,24 @@ def test_a_store_without_a_bridge_answers_a_hello_at_once(database: Any) -> None
         return took
 
     assert asyncio.run(run()) < 5.0
+
+
+def test_a_live_update_of_an_older_replica_keeps_the_relay_on_for_a_while(database: Any) -> None:
+    """A replica of an earlier version holds no lock (a rolling upgrade): what it relays says it is there."""
+
+    async def run() -> None:
+        a, _, a_got = _replica(database, older_s=1.0)
+        await a.start()
+        assert not a.relaying
+        old = '{"o":"older","b":[{"k":"points","ns":"ns","n":"x","d":{"i":7}}]}'  # as 4f3b46f's bridge packs it
+        database.execute("SELECT pg_notify(?, ?)", (a._store.live_channel, old))
+        assert await _until(lambda: a.relaying and a_got == [7])
+        await asyncio.sleep(3 * CHECK_S)
+        assert a.relaying, "checks found A alone by the lock, beside an older replica"
+        assert await _until(lambda: not a.relaying, timeout=1.0 + 5 * CHECK_S + 2)
+        await a.aclose()
+
+    asyncio.run(run())
 
 
 def test_a_store_before_this_version_reads_a_hello_as_a_change_of_no_job() -> None:

@@ -51,9 +51,11 @@ acked (rule 5). The one window left: a listening connection that the database dr
 more before its process notices (at once when the backend ends: the socket closes), and until then that
 process, if alone before, does not relay to a replica that started meanwhile.
 
-A store of a version before this one holds no lock, so a replica of this version does not count it:
-while older and newer replicas share a database (a rolling upgrade), a newer one that is alone by the lock
-stops relaying to the older ones. The older ones read hellos and acks as a change of no job.
+A replica of a version before this one holds no lock and answers no hello (it reads hellos and acks as a
+change of no job), so during a rolling upgrade a newer replica may be alone by the lock beside older ones.
+Its notifications say ``"v": 2``, theirs do not: a bridge that hears an older replica's live update puts
+its relay back and stays relaying while it has heard one in the last :data:`OLDER_S` (an older replica
+that published nothing meanwhile, after its last update, may miss this one's until it publishes again).
 
 Each replica numbers its stream itself: a client that reconnects to another replica with a
 ``Last-Event-ID`` gets a ``resync`` at worst, and reads the state again.
@@ -97,6 +99,10 @@ CHECK_S = 5.0
 HELLO_TIMEOUT_S = 5.0
 """How long a starting bridge waits for the other replicas' acks before it serves anyway."""
 
+OLDER_S = 60.0
+"""How long a bridge relays after it last heard a live update of a replica of an earlier version (which
+holds no presence lock)."""
+
 SPILL_KEEP_S = 300.0
 """How long a large update stays in the database for the other replicas to read."""
 
@@ -113,12 +119,13 @@ class ReplicaBridge:
         linger_s: float = LINGER_S,
         check_s: float = CHECK_S,
         hello_timeout_s: float = HELLO_TIMEOUT_S,
+        older_s: float = OLDER_S,
     ) -> None:
         self._store = store
         self._live = live
         self._clock = clock
         self.origin = uuid.uuid4().hex[:12]
-        self._prefix = f'{{"o":"{self.origin}","b":['
+        self._prefix = f'{{"o":"{self.origin}","v":2,"b":['
         """How this replica's notifications begin (``_packed`` writes them so)."""
         self._own = f'{{"o":"{self.origin}",'
         """How every notification of this replica begins, a spill's included (its store writes those so)."""
@@ -140,6 +147,9 @@ class ReplicaBridge:
         self._checker: asyncio.Task[None] | None = None
         self._chores: set[asyncio.Task[None]] = set()
         """Acks and greetings in flight."""
+        self._older_s = older_s
+        self._older_at = -older_s
+        """When (``time.monotonic``) this bridge last heard a live update of an older replica."""
 
     @property
     def relaying(self) -> bool:
@@ -211,7 +221,7 @@ class ReplicaBridge:
 
     def _alone(self, epoch: int) -> None:
         """Found alone with the epoch at ``epoch``: the relay goes off if nothing happened since."""
-        if epoch == self._epoch and self._store.listening:
+        if epoch == self._epoch and self._store.listening and time.monotonic() - self._older_at > self._older_s:
             self._relay(False)
 
     async def _greet(self) -> None:
@@ -293,6 +303,10 @@ class ReplicaBridge:
             acked.add(pid)
             if others <= acked:
                 done.set()
+
+    def _older(self) -> None:
+        self._epoch += 1
+        self._relay(True)
 
     def _heard_listening(self, up: bool) -> None:
         """The listening connection came up or went down (in the listening thread)."""
@@ -383,6 +397,10 @@ class ReplicaBridge:
             if text is None:
                 return
             message = _decoded(text)
+        if message.get("v") != 2:  # a replica of an earlier version, which no lock shows
+            self._older_at = time.monotonic()
+            if not self.relaying:
+                self._on_loop(self._older)
         updates = message.get("b", [message])  # (an older replica: one update each)
         loop = self._loop
         if loop is not None and not loop.is_closed():
