@@ -211,19 +211,27 @@ def test_db_stats_reads_either_database(old: OldDatabase, capsys: pytest.Capture
     assert "nlp" in capsys.readouterr().out
 
 
+def as_this_code_ran_it(old: OldDatabase, version: int) -> None:
+    """The database at a shared ``version`` after 8 as this code made it: the newest old one (the shared 8),
+    then each migration up to ``version``."""
+    old.migrate_to(newest(old.backend))
+    for done, statements in plan(old.backend, 8):
+        if done > version:
+            break
+        for sql in statements:
+            old.executemany(sql, [()])
+    old.executemany(
+        "UPDATE stepwatch_schema SET version = ?" if old.backend == "postgres" else f"PRAGMA user_version = {version}",
+        [(version,)] if old.backend == "postgres" else [()],
+    )
+
+
 def test_a_database_of_version_9_keeps_every_window_in_step_order_without_its_index_by_step(
     old: OldDatabase,
 ) -> None:
     """Version 10 drops ``points_by_metric`` (windows are indexed in arrival order only; step-order reads
     sort what they read): a file this code wrote at 9 keeps every window, late ones still read in step order."""
-    old.migrate_to(newest(old.backend))  # the shared 8, then 9 as this code ran it
-    ((nine, statements),) = [step for step in plan(old.backend, 8) if step[0] == 9]
-    for sql in statements:
-        old.executemany(sql, [()])
-    old.executemany(
-        "UPDATE stepwatch_schema SET version = ?" if old.backend == "postgres" else "PRAGMA user_version = 9",
-        [(nine,)] if old.backend == "postgres" else [()],
-    )
+    as_this_code_ran_it(old, 9)
     fill(old, 8)
     late = [(30, 103.0, 3.0), (10, 101.0, 1.0), (20, 102.0, 2.0), (20, 104.0, 2.5), (10, 101.0, 1.5)]
     old.executemany(
@@ -248,3 +256,42 @@ def test_a_database_of_version_9_keeps_every_window_in_step_order_without_its_in
         assert store.metric_names(1) == ["acc", "loss"]
     finally:
         store.close()
+
+
+def test_a_database_of_version_10_keeps_every_report_and_indexes_rank_0_alone_by_arrival(old: OldDatabase) -> None:
+    """Version 11 drops ``reports_progress`` (every rank's reports by arrival: a heartbeat paid an entry) for
+    ``reports_rank0_progress`` (rank 0's alone): a database this code wrote at 10 keeps every report, reads
+    the same progress samples, and retention by age still finds the old reports of every rank."""
+    as_this_code_ran_it(old, 10)
+    fill(old, 8)  # rank 0: 50 reports, 2 s apart from 100 s
+    old.executemany(
+        "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) VALUES (1, 'r', ?, ?, ?, ?, ?)",
+        [(rank, i, 100.0 + 2 * i + rank / 10, 100.0 + 2 * i, 40 * i) for rank in (1, 2, 3) for i in range(50)],
+    )
+    assert "reports_progress" in str(old.describe()) and "reports_rank0_progress" not in str(old.describe())
+    store = old.open()
+    try:
+        assert shared_version(old) == SCHEMA_VERSION
+        described = str(old.describe())
+        assert "reports_progress" not in described and "reports_rank0_progress" in described
+        assert [(s.t, s.step) for s in store.progress_samples(1)] == [(100.0 + 2 * i, 40 * i) for i in range(50)]
+        assert [s.step for s in store.progress_samples(1, since=180.0)] == [40 * i for i in range(40, 50)]
+        done = store.compact(before=150.0)  # the reports of each rank received before 150 s: 25 of 50
+        assert done.reports == 4 * 25
+        left = old_rows(
+            old, "SELECT rank, COUNT(*), MIN(received_at) >= 150.0 FROM reports GROUP BY rank ORDER BY rank"
+        )
+        assert left == [(rank, 25, True) for rank in range(4)]
+    finally:
+        store.close()
+
+
+def old_rows(old: OldDatabase, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of a query, read outside the store."""
+    if old.backend == "sqlite":
+        with sqlite3.connect(old.path) as conn:
+            return [tuple(r) for r in conn.execute(sql)]
+    import psycopg
+
+    with psycopg.connect(old.url) as conn:
+        return [tuple(r) for r in conn.execute(sql)]

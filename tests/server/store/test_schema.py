@@ -49,7 +49,8 @@ def test_the_newest_version_of_each_store_is_upgraded_to_the_current_one(
     databases: tuple[OldDatabase, OldDatabase],
 ) -> None:
     """SQLite's 8 is the shared 8; PostgreSQL's 5 holds all of the shared 8: each runs only what came
-    after 8 (9: the metric means; 10: the index of windows by step dropped) and then says it is current."""
+    after 8 (9: the metric means; 10: the index of windows by step dropped; 11: rank 0's reports alone indexed
+    by arrival) and then says it is current."""
     old, new = databases
     old.migrate_to(newest(old.backend))
     assert (postgres_version(old.version()) if old.backend == "postgres" else old.version()) == 8

@@ -6,7 +6,7 @@ only what the declaration cannot say, per database and only where the SQL really
 write log dropped). So each migration is declared once, and :func:`plan` gives a database at any version the
 statements it lacks, one transaction per version. A database without tables is created as the
 declaration stands now. Migrations only add, except the drop of a table that never held user data
-and of an index (10); no upgrade loses data.
+and of indexes (10, 11); no upgrade loses data.
 
 SQLite keeps the version in ``PRAGMA user_version``, PostgreSQL in the table ``stepwatch_schema``.
 The numbers are SQLite's: before the two stores shared them, PostgreSQL counted its own (1 to 5),
@@ -58,6 +58,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "windows indexed once, in arrival order: the index of points by step dropped (step-order reads sort "
         "what they read; an index holds no data)",
         only=dict.fromkeys(("sqlite", "postgres"), ("DROP INDEX IF EXISTS points_by_metric",)),
+    ),
+    Migration(
+        11,
+        "rank 0's reports indexed by arrival time, the others' not: a heartbeat writes no index entry (the "
+        "index of every rank's reports dropped; retention reads a job's reports by their key)",
+        only=dict.fromkeys(("sqlite", "postgres"), ("DROP INDEX IF EXISTS reports_progress",)),
     ),
 )
 

@@ -116,7 +116,11 @@ def _long(conn: Connection, job_id: int, metric: str) -> bool:
 
 
 def compact_reports(conn: Connection, job_id: int, before: float, budget: int) -> int:
-    """Delete a job's progress reports received before ``before`` (at most ``budget``); how many."""
+    """Delete a job's progress reports received before ``before`` (at most ``budget``); how many.
+
+    Every rank's reports are read by the key's prefix (job_id): a heartbeat pays no index by arrival time
+    (schema 11), so a pass reads the job's reports until ``budget`` are found, as it read the index of every
+    rank's reports before."""
     return _delete(
         conn,
         "DELETE FROM reports WHERE job_id = ? AND (run_id, rank, seq) IN (SELECT run_id, rank, seq FROM reports "

@@ -327,7 +327,11 @@ INDEXES: tuple[Index, ...] = (
     Index("jobs_by_state", "jobs", ("state",)),
     Index("jobs_by_updated", "jobs", ("updated_at",), since=2),
     Index("jobs_by_health", "jobs", ("health",), since=5, only="postgres"),
-    Index("reports_progress", "reports", ("job_id", "rank", "received_at")),
+    # rank 0's reports by arrival time (progress samples, sql_history: each read says ``rank = 0``, which a
+    # partial index needs to be used): a heartbeat of another rank writes no entry. The index of every
+    # rank's reports it replaced (``reports_progress``, dropped by 11) cost each heartbeat a page; retention
+    # reads a job's reports by the key's prefix (job_id) instead (retention.py)
+    Index("reports_rank0_progress", "reports", ("job_id", "received_at"), where="rank = 0", since=11),
     # a series in arrival order (roll-ups, retention, step-order reads sorted after): SQLite's index holds
     # (job_id, metric, rowid); PostgreSQL's key is the same. The index by step that both had until
     # version 10 cost each window a second index entry (migrations.py)

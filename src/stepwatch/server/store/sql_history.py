@@ -96,7 +96,10 @@ class SqlHistory(SqlStore):
         return [r[0] for r in self._read(self._sql(rollups.METRICS_SQL), (job_id, job_id))]
 
     def progress_samples(self, job_id: int, since: float | None = None) -> list[ProgressSample]:
-        """Rank 0's (arrival time, step), oldest first."""
+        """Rank 0's (arrival time, step), oldest first.
+
+        Read by rank 0's partial index (``reports_rank0_progress``, schema.py): the ``rank = 0`` written
+        as the index's own ``WHERE`` is what lets either database use it."""
         rows = self._read(
             self._sql(
                 "SELECT received_at, step FROM reports WHERE job_id = ? AND rank = 0 AND step IS NOT NULL "
