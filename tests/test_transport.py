@@ -34,6 +34,17 @@ def test_a_server_that_closed_the_connection_is_reconnected_transparently(sink: 
     transport.close()
 
 
+def test_the_sink_listens_below_the_ephemeral_ports_so_up_finds_its_port_free(sink: ReportSink) -> None:
+    """Between down() and up() an outgoing connection of a parallel test could take an ephemeral port as its
+    local end (seen once: ``Address already in use`` at up()); the kernel never hands out ports below that range."""
+    low, _ = (int(p) for p in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    port = int(sink.url.rsplit(":", 1)[1])
+    assert port < low
+    sink.down()
+    sink.up()
+    assert int(sink.url.rsplit(":", 1)[1]) == port
+
+
 def test_connection_failures_are_transport_errors() -> None:
     transport = HTTPTransport()
     with pytest.raises(TransportError, match=r"Connection refused|ConnectionRefused"):

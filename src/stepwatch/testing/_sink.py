@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import random
 import socket
 import ssl
 import threading
@@ -57,6 +59,11 @@ class _Scripted:
     body: bytes = b""
 
 
+_PORTS = (20_000, 32_000)
+"""Where a sink picks its port: below Linux's default range of ephemeral ports (32768-60999), which the
+kernel hands out to outgoing connections."""
+
+
 class ReportSink:
     """A loopback HTTP server that plays a stepwatch server (or a Kubeflow status endpoint).
 
@@ -96,7 +103,9 @@ class ReportSink:
     def start(self) -> ReportSink:
         """Start listening (on the same port again after :meth:`down`)."""
         self._stopping.clear()
-        server = ThreadingHTTPServer(("127.0.0.1", self._port), self._handler_class())
+        server = (
+            self._bind() if self._port == 0 else ThreadingHTTPServer(("127.0.0.1", self._port), self._handler_class())
+        )
         server.daemon_threads = True
         if self._tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -107,6 +116,22 @@ class ReportSink:
         self._thread = threading.Thread(target=server.serve_forever, name="report-sink", daemon=True)
         self._thread.start()
         return self
+
+    def _bind(self) -> ThreadingHTTPServer:
+        """A server on a free port below the system's range of ephemeral ports (:data:`_PORTS`).
+
+        The sink listens on the same port again after :meth:`down`; a port the kernel hands out to
+        outgoing connections could meanwhile be another connection's local end (seen under parallel
+        tests: ``Address already in use`` at :meth:`up`). Ports below that range are never handed out
+        so; the kernel's choice is the last resort.
+        """
+        for port in random.sample(range(*_PORTS), 64):
+            try:
+                return ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+        return ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
 
     def stop(self) -> None:
         """Stop listening and cut every open connection (clients then see refused connections)."""
