@@ -106,7 +106,7 @@ async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict
     if profiles:
         profiles["event loop"][0].enable()
     await asyncio.sleep(max(0.0, args["end_at"] - time.time()))
-    cpu = time.process_time() - cpu0
+    cpu, relaying = time.process_time() - cpu0, getattr(bridge, "relaying", True)  # (a tree before: always)
     threads = {k: v - threads0.get(k, 0.0) for k, v in _thread_cpu().items()}
     threads["notifications heard (per 1,000 reports)"] = heard["n"] - heard0
     threads["listener wake-ups (per 1,000 reports)"] = getattr(store._listener, "wakeups", 0) - wakeups0
@@ -123,6 +123,7 @@ async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict
         "statements": statements,
         "relayed_in": bridge.received,
         "relayed_out": bridge.sent,
+        "relaying": bool(args.get("relay", True) and relaying),
         "threads": threads,
     }
 
@@ -254,6 +255,7 @@ def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict
         "commits_per_report": (commits1 - commits0) / max(reports, 1),
         "relayed_in": sum(r["relayed_in"] for r in results),
         "relayed_out": sum(r["relayed_out"] for r in results),
+        "relaying": sum(r["relaying"] for r in results),
     }
 
 
@@ -405,7 +407,8 @@ def main() -> None:
                 if cfg.threads:
                     shares = ", ".join(f"{k} {v:.3f}" for k, v in row["threads_ms_per_report"].items())
                     print(f"    threads, CPU ms/rep: {shares}", flush=True)
-                    relayed = f"sent {row['relayed_out']}, received {row['relayed_in']}"
+                    relayed = f"sent {row['relayed_out']}, received {row['relayed_in']}; "
+                    relayed += f"replicas relaying at the end: {row['relaying']} of {n}"
                     print(f"    live updates relayed: {relayed}", flush=True)
 
 
