@@ -53,7 +53,6 @@ from .migrations import SCHEMA_VERSION, plan, postgres_version
 from .postgres_ingest import PostgresIngest, text_array
 from .postgres_notify import Listener
 from .replica_cache import changes_payload
-from .rollups import FANOUT
 from .sql_access import SqlAccess
 from .sql_dialect import POSTGRES, Connection, QmarkConnection
 from .sql_history import SqlHistory
@@ -96,11 +95,6 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
     """The store of a PostgreSQL database, shareable by several server processes (see the module docstring)."""
 
     dialect = POSTGRES
-    _FOLD_EVERY = 16 * FANOUT
-    """SQLite folds every 16 windows (a fold is a few calls into a library); here each read of a fold is
-    a round trip to the server, so a fold waits for 256 windows (16 level-1 rows, written without
-    waiting). A history read then opens at most that many raw windows more, well within what it reads
-    anyway."""
     _CACHES_TOKENS = False  # another replica may revoke a token at any moment: see SqlAccess.api_token
     notify_limit = _NOTIFY_LIMIT
     """Bytes of a notification's payload at most; :meth:`send_live` spills longer ones into a table."""
