@@ -144,6 +144,7 @@ def _services(settings: ServerSettings, store: Store, clock: Callable[[], float]
         clock=clock,
         prices=settings.price_list(),
         health=HealthMonitor(settings.health_params()),
+        write_linger_s=settings.write_linger_ms / 1000,
     )
 
 

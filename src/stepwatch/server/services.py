@@ -14,7 +14,7 @@ from typing import TypeVar
 from .analysis.cost import PriceList
 from .ingest.health_monitor import HealthMonitor
 from .ingest.recent_progress import RecentProgress
-from .ingest.writer import ReportWriter
+from .ingest.writer import LINGER_GAP_S, LINGER_S, ReportWriter
 from .live.broadcaster import Broadcaster
 from .policies import PolicyBook, PolicyEngine
 from .store import Store
@@ -53,10 +53,18 @@ class Services:
     """The policy layers and the actions they take."""
     writer: ReportWriter = field(init=False)
     """Writes native reports in batches (group commit)."""
+    write_linger_s: float = LINGER_S
+    """How long the writer's batches linger for more reports at a fleet's pace (``0``: never)."""
 
     def __post_init__(self) -> None:
         # on the loop when the store need not wait
-        self.writer = ReportWriter(self.store.ingest_reports, blocking, write_now=self.store.ingest_reports_nowait)
+        self.writer = ReportWriter(
+            self.store.ingest_reports,
+            blocking,
+            write_now=self.store.ingest_reports_nowait,
+            linger=self.write_linger_s,
+            linger_gap=LINGER_GAP_S * self.write_linger_s / LINGER_S,
+        )
         self.policies = PolicyEngine(PolicyBook(), self.store, self.live, blocking)
         self.health.metric_of = self.policies.book.metric_of
         self.store.follow_changes(self.forget)

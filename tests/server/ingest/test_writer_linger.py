@@ -132,3 +132,23 @@ def test_a_store_that_always_waits_never_lingers_after_its_first_answer() -> Non
 
     writer = asyncio.run(main())
     assert store.batches == [[0.0], [1.0], [2.0], [3.0]] and writer.lingered == 1
+
+
+def test_the_server_setting_sets_the_linger_and_its_gap(tmp_path: Any) -> None:
+    """``STEPWATCH_WRITE_LINGER_MS`` reaches the app's writer, its gap scaled with it; ``0`` never lingers; a
+    value out of range is refused with the variable's name."""
+    import pytest
+
+    from stepwatch.server import ServerSettings, create_app
+
+    def writer(environ: dict[str, str]) -> ReportWriter:
+        settings = ServerSettings.resolve({"db": str(tmp_path / f"sw{len(environ)}.db")}, environ)
+        return create_app(settings).state.services.writer  # type: ignore[no-any-return]
+
+    default = writer({})
+    assert (default.linger, default.linger_gap) == (LINGER_S, LINGER_GAP_S)
+    longer = writer({"STEPWATCH_WRITE_LINGER_MS": "5"})
+    assert longer.linger == pytest.approx(0.005) and longer.linger_gap == pytest.approx(LINGER_GAP_S * 2.5)
+    assert writer({"STEPWATCH_WRITE_LINGER_MS": "0", "X": ""}).linger == 0
+    with pytest.raises(ValueError, match="STEPWATCH_WRITE_LINGER_MS: milliseconds between 0 and 100, got 500"):
+        writer({"STEPWATCH_WRITE_LINGER_MS": "500"})
