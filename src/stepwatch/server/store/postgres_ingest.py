@@ -34,7 +34,16 @@ from .rows import JOB_COLUMNS, column_value, job_from_row
 from .schema import TABLES, postgres_cast
 from .sql_store import SqlStore
 
-__all__ = ["BATCH_SQL", "INGEST_SQL", "POINTS_SQL", "PostgresIngest", "ReportFailed", "text_array"]
+__all__ = [
+    "BATCH_SQL",
+    "INGEST_SQL",
+    "POINTS_SQL",
+    "STATUS_SEQ_SQL",
+    "STATUS_SQL",
+    "PostgresIngest",
+    "ReportFailed",
+    "text_array",
+]
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -109,6 +118,21 @@ POINTS_SQL = (
     "%s::float8[], %s::float8[], %s::bigint[], %s::bigint[]) AS w"
 )
 """Windows of one job, as columns (name, step, t, last, min, max, mean, count, nonfinite)."""
+
+
+STATUS_SEQ_SQL = (
+    "SELECT COALESCE((SELECT seq FROM reports WHERE job_id = %s AND run_id = 'kubeflow' AND rank = 0 "
+    "ORDER BY seq DESC LIMIT 1), -1) + 1"
+)
+"""The next seq of a job's upstream statuses: its last one's, read backwards along the key (job_id, run_id,
+rank, seq). Not ``MAX(seq)``: on a table without statistics the planner served that by the partial index of
+rank 0's reports by time (it has job_id first, and costs the same), reading every rank-0 report of the job."""
+
+STATUS_SQL = (
+    "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
+    f"SELECT %s, 'kubeflow', 0, ({STATUS_SEQ_SQL.removeprefix('SELECT ')}), %s::float8, %s::float8, %s::bigint"
+)
+"""An upstream status's report row (job, job, arrival, sent, step), numbered after the job's last one."""
 
 
 class ReportFailed(Exception):
@@ -294,12 +318,7 @@ class PostgresIngest(SqlStore):
             read = upstream_status(job, status, now)
             check_metric_names(job, job.last_metrics, (w.name for w in read.windows), self.max_metric_names)
             # each POST replaces the whole status upstream: every one is kept, none is a duplicate
-            conn.execute(
-                "INSERT INTO reports (job_id, run_id, rank, seq, received_at, sent_at, step) "
-                "SELECT %s, 'kubeflow', 0, COALESCE(MAX(seq), -1) + 1, %s::float8, %s::float8, %s::bigint "
-                "FROM reports WHERE job_id = %s AND run_id = 'kubeflow' AND rank = 0",
-                (job.id, now, read.sent_at, read.step, job.id),
-            )
+            conn.execute(STATUS_SQL, (job.id, job.id, now, read.sent_at, read.step))
             if read.windows:
                 self._count_windows(conn, job.id, [w.name for w in read.windows])
                 columns = [

@@ -1,0 +1,132 @@
+"""What PostgreSQL spends per report at a fleet's pace: its backends' CPU and the write-ahead log written.
+
+One ``stepwatch server`` (one replica) on a throwaway PostgreSQL database, fed by ``fleet.py``'s fleet
+(``--jobs`` jobs of ``--ranks-per-job`` ranks, each rank reporting every 2 s; rank 0 with the report core's 5
+metric windows, the others heartbeats). Per report: the server's CPU, the CPU of the database's backends
+(from /proc: PostgreSQL runs on this machine), and the write-ahead log bytes that this database's
+transactions wrote (``pg_walinspect``: the records touching its relations, and the commit records of their
+transactions; the other databases of the server, other benchmarks', are left out), with ``--by-record`` the
+log's bytes by kind of record. ``--src PATH``, repeated, measures each ``src/`` folder in turn, rounds
+alternating (A/B: a ``git worktree`` of the code before).
+
+    .venv/bin/python benchmarks/postgres_db_cost.py --src /tmp/wt/src --src src --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+
+from fleet import Fleet  # noqa: E402
+from server_ingest import PostgresDatabase, Server, register_jobs  # noqa: E402
+
+
+def wal_lsn(database: PostgresDatabase) -> str:
+    row = database._admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def wal_of(database: PostgresDatabase, start: str, end: str) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The log bytes this database's transactions wrote between two positions, and by kind of record
+    (count, bytes)."""
+    admin = database._admin
+    admin.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    oid_row = admin.execute("SELECT oid FROM pg_database WHERE datname = %s", (database.name,)).fetchone()
+    assert oid_row is not None
+    rows = admin.execute(
+        """
+        WITH r AS (SELECT * FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)),
+             mine AS (SELECT DISTINCT xid FROM r WHERE block_ref LIKE %s AND xid <> 0)
+        SELECT resource_manager || '/' || record_type, count(*), sum(record_length + fpi_length)
+        FROM r WHERE block_ref LIKE %s OR (resource_manager = 'Transaction' AND xid IN (SELECT xid FROM mine))
+        GROUP BY 1 ORDER BY 3 DESC
+        """,
+        (start, end, f"%/{oid_row[0]}/%", f"%/{oid_row[0]}/%"),
+    ).fetchall()
+    kinds = {str(k): (int(n), int(b)) for k, n, b in rows}
+    return sum(b for _, b in kinds.values()), kinds
+
+
+def one(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
+    """One run of the fleet against the server of ``src`` on a fresh database."""
+    database = PostgresDatabase(cfg.database_url)
+    try:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            Server(None, Path(tmp) / "server.log", database_url=database.url, src=src) as server,
+        ):
+            jobs = register_jobs(server.base, [f"fleet-{i:04d}" for i in range(cfg.jobs)])
+            fleet = Fleet(server.base, jobs, cfg.ranks_per_job, cfg.seconds)
+
+            async def run() -> dict[str, Any]:
+                task = asyncio.create_task(fleet.run(cfg.warmup))
+                await asyncio.sleep(cfg.warmup + 0.2)  # the fleet's warm-up: it measures from here
+                answered0, cpu0, db0 = fleet.answered, server.cpu_s(), database.cpu_s()
+                lsn0 = wal_lsn(database)
+                await asyncio.sleep(cfg.seconds - 0.4)
+                answered, cpu, db = fleet.answered - answered0, server.cpu_s() - cpu0, database.cpu_s() - db0
+                lsn1 = wal_lsn(database)
+                await task
+                return {"reports": answered, "cpu_s": cpu, "db_s": db, "lsn": (lsn0, lsn1)}
+
+            got = asyncio.run(run())
+            wal, kinds = wal_of(database, *got["lsn"])
+    finally:
+        database.drop()
+    n = max(got["reports"], 1)
+    return {
+        "reports": got["reports"],
+        "server_ms": 1000 * got["cpu_s"] / n,
+        "db_ms": 1000 * got["db_s"] / n,
+        "wal_bytes": wal / n,
+        "kinds": {k: (c / n, b / n) for k, (c, b) in kinds.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", default="postgresql://root@127.0.0.1/test")
+    parser.add_argument("--src", action="append", help="src/ folders to measure in turn (default: this tree's)")
+    parser.add_argument("--jobs", type=int, default=60)
+    parser.add_argument("--ranks-per-job", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--by-record", action="store_true", help="also the log's records and bytes by kind")
+    cfg = parser.parse_args()
+    srcs = [Path(s).resolve() for s in (cfg.src or [str(HERE.parent.parent / "src")])]
+    table: dict[str, list[dict[str, Any]]] = {str(s): [] for s in srcs}
+    for r in range(cfg.rounds):
+        for src in srcs if r % 2 == 0 else list(reversed(srcs)):
+            got = one(src, cfg)
+            table[str(src)].append(got)
+            print(
+                f"round {r + 1} {src}: {got['reports']} reports, server {got['server_ms']:.3f} ms, "
+                f"db {got['db_ms']:.3f} ms, WAL {got['wal_bytes']:.0f} B a report",
+                flush=True,
+            )
+            if cfg.by_record:
+                for kind, (count, size) in sorted(got["kinds"].items(), key=lambda kv: -kv[1][1])[:14]:
+                    print(f"    {kind:36s} {count:6.2f} records {size:8.1f} B a report")
+    print("\n| src | rounds | server CPU ms/report | database CPU ms/report | WAL bytes/report |")
+    print("|---|---|---|---|---|")
+    for src, runs in table.items():
+
+        def span(key: str, fmt: str, runs: list[dict[str, Any]] = runs) -> str:
+            values = [run[key] for run in runs]
+            return f"{min(values):{fmt}}-{max(values):{fmt}}"
+
+        spans = [span("server_ms", ".3f"), span("db_ms", ".3f"), span("wal_bytes", ".0f")]
+        print(f"| {src} | {len(runs)} | {' | '.join(spans)} |")
+
+
+if __name__ == "__main__":
+    main()
