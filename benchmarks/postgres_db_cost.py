@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +95,101 @@ def one(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def store_child(args: dict[str, Any]) -> None:
+    """``--store B``: the store alone, batches of ``B`` reports of the fleet's stream in the order they come
+    (every rank once every 2 s, each at its own point of the interval; rank 0 with windows), as the group
+    commit hands them over; the writing thread's CPU between the parent's two readings."""
+    import random
+
+    from fleet import heartbeat
+    from server_ingest import report_dict
+
+    from stepwatch.protocol import Report
+    from stepwatch.server.store import PendingReport
+    from stepwatch.server.store.postgres import PostgresStore
+
+    store = PostgresStore(args["url"])
+    try:
+        world, n_jobs = args["ranks_per_job"], args["jobs"]
+        jobs = [store.register("cost", f"job-{j}", token_hash="x" * 64, now=time.time()) for j in range(n_jobs)]
+        rng = random.Random(1)
+        offsets = sorted((rng.random() * 2.0, j, r) for j in range(n_jobs) for r in range(world))
+        total = args["batches"] + args["warmup_batches"]
+        stream: list[tuple[float, int, int, int]] = []
+        seq = 0
+        while len(stream) < total * args["batch"]:
+            stream += [(2.0 * seq + t, j, r, seq) for t, j, r in offsets]
+            seq += 1
+        t0 = time.time() - stream[-1][0] - 10.0  # the stream ends 10 s ago: its reports' times are all past
+        reports = []
+        for t, j, r, k in stream[: total * args["batch"]]:
+            body = report_dict("run", k, rng, 1000 + r)
+            body["sent_at"] = t0 + t
+            body = heartbeat(body, r, world) if r else {**body, "identity": {**body["identity"], "world_size": world}}
+            reports.append((j, Report.from_dict(body), t0 + t))
+        batches = [reports[i : i + args["batch"]] for i in range(0, len(reports), args["batch"])]
+
+        def write(batch: list[tuple[int, Report, float]]) -> None:
+            for result in store.ingest_reports([PendingReport(jobs[j], report, now) for j, report, now in batch]):
+                assert not isinstance(result, Exception), result
+
+        for batch in batches[: args["warmup_batches"]]:
+            write(batch)
+        print("ready", flush=True)
+        sys.stdin.readline()  # the parent reads the database's CPU and the log's position now
+        cpu0 = time.thread_time()
+        for batch in batches[args["warmup_batches"] :]:
+            write(batch)
+        cpu = time.thread_time() - cpu0
+        print(json.dumps({"reports": args["batches"] * args["batch"], "cpu_s": cpu}), flush=True)
+        sys.stdin.readline()  # the parent reads them again, before the store's connections go
+    finally:
+        store.close()
+
+
+def one_store(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
+    """``--store B``: one store, no server, on a fresh throwaway database."""
+    database = PostgresDatabase(cfg.database_url)
+    try:
+        args = {
+            "url": database.url,
+            "batch": cfg.store,
+            "batches": cfg.batches,
+            "warmup_batches": 200,
+            "jobs": cfg.jobs,
+            "ranks_per_job": cfg.ranks_per_job,
+        }
+        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE.parent}"}
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE), "--store-child", json.dumps(args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        db0, lsn0 = database.cpu_s(), wal_lsn(database)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        result = json.loads(proc.stdout.readline())
+        db1, lsn1 = database.cpu_s(), wal_lsn(database)
+        proc.stdin.write("end\n")
+        proc.stdin.flush()
+        proc.communicate(timeout=60)
+        wal, kinds = wal_of(database, lsn0, lsn1)
+    finally:
+        database.drop()
+    n = result["reports"]
+    return {
+        "reports": n,
+        "server_ms": 1000 * result["cpu_s"] / n,
+        "db_ms": 1000 * (db1 - db0) / n,
+        "wal_bytes": wal / n,
+        "kinds": {k: (c / n, b / n) for k, (c, b) in kinds.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", default="postgresql://root@127.0.0.1/test")
@@ -101,12 +200,18 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--by-record", action="store_true", help="also the log's records and bytes by kind")
+    parser.add_argument("--store", type=int, help="the store alone, in batches of this many reports (no server)")
+    parser.add_argument("--batches", type=int, default=1000, help="--store: batches measured")
+    parser.add_argument("--store-child", help=argparse.SUPPRESS)
     cfg = parser.parse_args()
+    if cfg.store_child:
+        store_child(json.loads(cfg.store_child))
+        return
     srcs = [Path(s).resolve() for s in (cfg.src or [str(HERE.parent.parent / "src")])]
     table: dict[str, list[dict[str, Any]]] = {str(s): [] for s in srcs}
     for r in range(cfg.rounds):
         for src in srcs if r % 2 == 0 else list(reversed(srcs)):
-            got = one(src, cfg)
+            got = one_store(src, cfg) if cfg.store else one(src, cfg)
             table[str(src)].append(got)
             print(
                 f"round {r + 1} {src}: {got['reports']} reports, server {got['server_ms']:.3f} ms, "
@@ -116,7 +221,8 @@ def main() -> None:
             if cfg.by_record:
                 for kind, (count, size) in sorted(got["kinds"].items(), key=lambda kv: -kv[1][1])[:14]:
                     print(f"    {kind:36s} {count:6.2f} records {size:8.1f} B a report")
-    print("\n| src | rounds | server CPU ms/report | database CPU ms/report | WAL bytes/report |")
+    server = "writing thread" if cfg.store else "server"
+    print(f"\n| src | rounds | {server} CPU ms/report | database CPU ms/report | WAL bytes/report |")
     print("|---|---|---|---|---|")
     for src, runs in table.items():
 
