@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 Connection = psycopg.Connection[tuple[Any, ...]]
+_Sent = tuple[list[list[PendingReport]], list[Any]]
+"""A batch's waves of reports, and the cursors of their statements sent (answers not read yet)."""
 
 _RANK_UPSERT = """
     ON CONFLICT (job_id, rank) DO UPDATE SET run_id = excluded.run_id, last_sent_at = excluded.last_sent_at,
@@ -217,25 +219,38 @@ class PostgresIngest(SqlStore):
             (ids,),
         )
         memo = self._written_rows
-        for row in locked.fetchall():
+        early: tuple[list[PendingReport], dict[int, IngestResult | StoreError], _Sent] | None = None
+        if not isolate and all(i in memo for i in ids):
+            # every job as this store last wrote it: the batch's statements go out now, in the same flush as the
+            # lock (one round trip less), admitted by those jobs; checked below against the rows as locked
+            known, refused = self._admit(batch, {i: memo[i][1] for i in ids})
+            early = (known, refused, self._send_batch(conn, known))
+        try:
+            rows, command_rows = locked.fetchall(), commands.fetchall()
+        except psycopg.Error as exc:
+            if early is None:
+                raise
+            raise ReportFailed from exc  # (a pipeline raises the first error of any statement sent: the batch's?)
+        for row in rows:
             last = memo.get(row[1])  # as this store wrote it, if the row is still that version
             self._remember(last[1] if last is not None and last[0] == row[0] else job_from_row(row[1:]))
         pending: dict[int, list[Command]] = {i: [] for i in ids}
-        for job_id, command_id, kind, reason in commands.fetchall():
+        for job_id, command_id, kind, reason in command_rows:
             pending[job_id].append(Command(id=command_id, kind=kind, reason=reason))
         changed: dict[int, dict[str, Any]] = {}
-        results: dict[int, IngestResult | StoreError] = {}
-        names: dict[int, set[str]] = {}
-        known = [item for item in batch if item.job.id in self._remembered and self._within_limit(item, names, results)]
+        known, results = self._admit(batch, {i: job for i, (job, _, _) in self._remembered.items()})
         if isolate:
             for item in known:
                 results[id(item)] = self._isolated(conn, item, pending, changed)
         else:
+            if early is not None and (
+                [id(i) for i in early[0]] != [id(i) for i in known] or early[1].keys() != results.keys()
+            ):
+                # a job changed meanwhile so that another report is refused (its names) or gone: written again,
+                # report by report (the statements sent are rolled back with the transaction)
+                raise ReportFailed("a job of the batch changed since this store wrote it")
             try:
-                waves = _waves(known)
-                conn.execute(GENERIC_PLANS)  # planned once per connection, not for each batch (see GENERIC_PLANS)
-                cursors = [conn.execute(BATCH_SQL, _batch_params(wave)) for wave in waves]  # sent together
-                conn.execute(CUSTOM_PLANS)
+                waves, cursors = early[2] if early is not None else self._send_batch(conn, known)
                 for wave, cursor in zip(waves, cursors):
                     answers = {(job, rank): (newest,) for job, rank, newest in cursor.fetchall()}  # one wait for all
                     for item in wave:
@@ -252,22 +267,38 @@ class PostgresIngest(SqlStore):
             for item in batch
         ]
 
-    def _within_limit(
-        self, item: PendingReport, names: dict[int, set[str]], results: dict[int, IngestResult | StoreError]
-    ) -> bool:
-        """Whether a report keeps its job within the limit on metric names, counting the batch's reports
-        before it (``names``, by job; the job's row is locked: no other replica adds names meanwhile); else
-        its result is the refusal."""
-        job = self._remembered[item.job.id][0]
-        known = names.setdefault(job.id, set(job.last_metrics))
-        reported = [w.name for w in item.report.metrics]
-        try:
-            check_metric_names(job, known, reported, self.max_metric_names)
-        except MetricLimitError as exc:
-            results[id(item)] = exc
-            return False
-        known.update(reported)
-        return True
+    def _admit(
+        self, batch: Sequence[PendingReport], jobs: dict[int, Job]
+    ) -> tuple[list[PendingReport], dict[int, IngestResult | StoreError]]:
+        """The reports of a batch to write, in order: those whose job is in ``jobs`` (the database has it)
+        and that keep it within the limit on metric names, counting the batch's reports before them (the
+        job's row is locked: no other replica adds names meanwhile); and the refusals, by ``id`` of report."""
+        names: dict[int, set[str]] = {}
+        refused: dict[int, IngestResult | StoreError] = {}
+        known = []
+        for item in batch:
+            job = jobs.get(item.job.id)
+            if job is None:
+                continue
+            seen = names.setdefault(job.id, set(job.last_metrics))
+            reported = [w.name for w in item.report.metrics]
+            try:
+                check_metric_names(job, seen, reported, self.max_metric_names)
+            except MetricLimitError as exc:
+                refused[id(item)] = exc
+                continue
+            seen.update(reported)
+            known.append(item)
+        return known, refused
+
+    def _send_batch(self, conn: Connection, known: list[PendingReport]) -> _Sent:
+        """Send a batch's :data:`BATCH_SQL` statements (not waiting for their answers): its waves and their
+        cursors."""
+        waves = _waves(known)
+        conn.execute(GENERIC_PLANS)  # planned once per connection, not for each batch (see GENERIC_PLANS)
+        cursors = [conn.execute(BATCH_SQL, _batch_params(wave)) for wave in waves]  # sent together
+        conn.execute(CUSTOM_PLANS)
+        return waves, cursors
 
     def _isolated(
         self,
