@@ -6,11 +6,18 @@ that same text, never a copy. Each subscriber has a bounded queue (a slow reader
 updates and is told so with a ``resync`` message, instead of holding memory); a reconnecting client
 sends ``Last-Event-ID`` and gets what it missed from a ring of recent updates, bounded in count and
 in bytes. Streams are limited in all and per client (:class:`TooManyStreams`, a 429 at the route).
+
+Its owner hears when the first stream opens and the last one closes (:attr:`Broadcaster.watch_handlers`):
+the bridge between replicas asks the others for their updates only while someone here watches
+(``live/replicas.py``). Until they relay, new streams wait (:meth:`Broadcaster.hold`); once they do, every
+open stream, and every resume from an id published before then, is told to ``resync``
+(:meth:`Broadcaster.resync`): what the others published meanwhile is in the database, not in the ring.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -128,6 +135,8 @@ class _Subscriber:
         self.client = client
         self.queue: deque[_Sent] = deque(maxlen=size)
         self.lost = False
+        self.resync = ""
+        """A ``resync`` event to send before anything else (:meth:`Broadcaster.resync`), or empty."""
         self.ready = asyncio.Event()
 
     def wants(self, update: Update | _Sent | _Deferred) -> bool:
@@ -175,6 +184,16 @@ class Broadcaster:
         self.relays: list[Callable[[Update], None]] = []
         """Called with every update published here (not with those relayed from elsewhere): the
         bridge between replicas passes them on (``server.replicas``). A relay must not block."""
+        self.watch_handlers: list[Callable[[bool], None]] = []
+        """Called with ``True`` when a stream opens while none was open (from :meth:`stream`, on the event
+        loop: a handler may :meth:`hold` the new stream), with ``False`` when the last one closes (wherever
+        it closes: a stream dropped unread is counted off by its finalizer, which may run in any thread).
+        A handler must not block."""
+        self.hold_s = 10.0
+        """How long a held stream waits at most before its first event (:meth:`hold`)."""
+        self._held: asyncio.Event | None = None
+        self._resync_below = self.first_id
+        """A resume from an id below this one gets a ``resync`` (:meth:`resync`)."""
 
     def publish(self, kind: str, namespace: str, name: str, data: dict[str, Any], *, relayed: bool = False) -> Update:
         """Send an update to the subscribers that want it (call from the event loop).
@@ -258,6 +277,8 @@ class Broadcaster:
         if client is not None:
             self._per_client[client] = self._per_client.get(client, 0) + 1
         self._peak = max(self._peak, len(self._subscribers))
+        if len(self._subscribers) == 1:
+            self._watched(True)
         stream = self._serve(sub, last_event_id)
         weakref.finalize(stream, self._close, sub)  # never read (the client left at once): counted off all the same
         return stream
@@ -271,20 +292,66 @@ class Broadcaster:
             if left:
                 self._per_client[sub.client] = left
         sub.queue.clear()
+        if not self._subscribers:
+            self._watched(False)
         if self._peak >= 64 and len(self._subscribers) <= self._peak // 4:
             # most of many streams went, with their connections' buffers: give that memory back to the system
             self._peak = len(self._subscribers)
             release_memory_soon()
 
+    def _watched(self, watched: bool) -> None:
+        for handler in list(self.watch_handlers):
+            try:
+                handler(watched)
+            except Exception:
+                _log.exception("a live stream's watcher failed")
+
+    def hold(self) -> None:
+        """Streams opened from now on, and those opened but not yet begun, wait before their first event
+        until :meth:`release` (:attr:`hold_s` at most): the bridge between replicas holds them while it asks
+        the others to relay (call from the event loop)."""
+        if self._held is None:
+            self._held = asyncio.Event()
+
+    def release(self) -> None:
+        """The held streams go on (see :meth:`hold`)."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.set()
+
+    def resync(self, reason: str) -> None:
+        """Updates of other replicas may be missing from what was published here until now: every open
+        stream sends a ``resync`` (with ``reason``) before anything else, and so does every stream that
+        resumes from an id published before now (call from the event loop)."""
+        uid = next(self._ids)
+        self._ids = itertools.count(uid)  # (no id used up: the next update gets it)
+        self._resync_below = uid
+        text = f"event: resync\ndata: {encode_json({'reason': reason})}\n\n"
+        for sub in self._subscribers:
+            sub.resync = text
+            sub.ready.set()
+
     async def _serve(self, sub: _Subscriber, last_event_id: int | None) -> AsyncGenerator[str, None]:
         try:
+            held = self._held
+            if held is not None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(held.wait(), self.hold_s)
             yield "retry: 2000\n\n"
             if last_event_id is not None:
                 missed = [u for u in self._recent if u.id > last_event_id and sub.wants(u)]
                 if last_event_id < self.first_id:  # an id of this server's earlier life
+                    sub.resync = ""
                     yield 'event: resync\ndata: {"reason":"the server restarted; read the state again"}\n\n'
                 elif self._recent and self._recent[0].id > last_event_id + 1:
+                    sub.resync = ""
                     yield 'event: resync\ndata: {"reason":"updates were missed; read the state again"}\n\n'
+                elif last_event_id < self._resync_below:  # the ring lacks the other replicas' updates of then
+                    sub.resync = ""
+                    yield (
+                        'event: resync\ndata: {"reason":"this replica did not hear the others then; '
+                        'read the state again"}\n\n'
+                    )
                 for sent in missed:
                     yield sent.text
             while True:
@@ -294,7 +361,11 @@ class Broadcaster:
                     yield ": keep-alive\n\n"
                     continue
                 sub.ready.clear()
-                while sub.queue or sub.lost:
+                while sub.queue or sub.lost or sub.resync:
+                    if sub.resync:  # said before any update that came after it
+                        text, sub.resync, sub.lost = sub.resync, "", False
+                        yield text
+                        continue
                     if sub.lost:  # said before any update that came after the gap
                         sub.lost = False
                         yield 'event: resync\ndata: {"reason":"this client was too slow; read the state again"}\n\n'

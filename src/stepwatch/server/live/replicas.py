@@ -17,45 +17,75 @@ hear, decode and hand over, not one each. Receiving happens in the store's liste
 over to the event loop one notification at a time; a replica's own notifications come back to it too,
 and are recognised by their first bytes, without decoding them.
 
-**Relaying only while another replica is there.** A replica alone on its database has nobody to relay
-to, and relaying is the largest part of what a report costs it (measured: ~0.15-0.2 ms of 0.65-0.77 a
-report): its relay is in the broadcaster's ``relays`` only while another replica may be listening. Who is
-there: each store's listening connection holds a shared advisory lock, taken just before its ``LISTEN``
-and released by PostgreSQL when that connection ends (:meth:`.PostgresStore.others_present` reads the
-holders from ``pg_locks``). The rules:
+**Relaying only while another replica wants it.** Relaying is the largest part of what a report costs a
+replica (measured: ~0.15-0.2 ms of 0.65-0.77 a report), and hearing and republishing the others' updates
+most of what each added replica costs; a relay is needed only while some *other* replica has someone
+watching its live stream. So a replica *wants* live updates while it has at least one open stream, and for
+:data:`GRACE_S` after the last one closed (a page reload does not start a handshake each time); its relay
+is in the broadcaster's ``relays`` only while some other replica may want. Two shared advisory locks say
+who is there, both held by the store's listening connection and released by PostgreSQL when that
+connection ends (:meth:`.PostgresStore.others_present` and :meth:`.PostgresStore.others_wanting` read
+the holders from ``pg_locks``): the *presence* lock, taken just before its ``LISTEN``, and the *wants*
+lock, taken (on that connection, in its thread: :meth:`.PostgresStore.want_live`) while the replica
+wants, and again by each new listening connection while it does. The rules:
 
 1. a bridge relays from its start, and whenever its listening connection is down (it cannot hear a
-   hello then, nor tell who is there);
-2. a starting bridge (:meth:`ReplicaBridge.start`, which the app awaits before it serves) reads who is
-   there, then sends a *hello* on the jobs channel and waits for an *ack* from each of them (by the
-   process id of their listening connection); after a timeout it serves anyway, and says so;
+   hello then, nor tell who wants); at its start it says *hello* without waiting for answers, before it
+   publishes anything (the others then know that somebody was there);
+2. a bridge that starts to want (its first stream opens; or its listening connection comes back while
+   it wants) holds the wants lock *first*, then reads who is present, sends a *hello* on the jobs channel
+   and waits for an *ack* from each of them (by the process id of their listening connection); after a
+   timeout it goes on anyway, and says so. Streams opened meanwhile wait before their first event
+   (:meth:`.Broadcaster.hold`); when it is done, every open stream gets a ``resync``, and so does every
+   later resume from an id published before then (:meth:`.Broadcaster.resync`), unless no other replica
+   can have published unheard since this one last stopped wanting (or started): its reads of who is
+   present, made on the listening connection when it stopped wanting and when it greets, found nobody,
+   and it heard no hello nor live update of another replica meanwhile, and its listening connection
+   stayed up (a lone replica's streams begin as on SQLite);
 3. a bridge that hears a hello puts its relay back on its event loop, *then* acks;
-4. every :data:`CHECK_S`, a bridge that finds no other holder of the lock while its listening connection
-   is up takes its relay off, unless something happened meanwhile (an *epoch*, raised on the loop by
-   every hello heard and every change of the listening connection, is read before the lock's holders
-   and compared after: a hello heard during the check is not undone by it);
-5. a listening connection that comes back greets again, as in 2 (the others may have stopped relaying
-   while this one was away).
+4. at its start and every :data:`CHECK_S`, a bridge that finds no other holder of the wants lock while its
+   listening connection is up takes its relay off, unless something happened meanwhile (an *epoch*,
+   raised on the loop by every hello heard and every change of the listening connection, is read before
+   the lock's holders and compared after: a hello heard during the check is not undone by it); one that
+   finds a holder puts it on;
+5. a bridge that does not want gives the wants lock back (:data:`GRACE_S` after its last stream closed),
+   and drops the live notifications it hears without decoding them (this version's, recognised by their
+   first bytes, as its own are).
 
-Why no subscriber misses an update it would have had when every replica relayed: let B serve, and A
-publish afterwards. B's lock was taken before B's start read who is there. If A's lock was among them,
-A heard B's hello (B sent it after reading) and its relay was on when it acked, before B served; or A had
-locked but not yet listened (one round trip), then B serves after the timeout, and A relays: its bridge
-has not started yet, or its listening connection was down and it greets B when it is back (rules 1, 5).
-Once on, A takes it off later only if a check of A finds no other holder, but B's lock
-is held (nor is a check that started before the hello applied: the epoch). If A's lock was not among
-them, A locked later: A's start read B's lock and greeted B, so A relays from its start on (rule 1) until
-a check finds it alone, which B's lock prevents. A replica whose listening connection is down relays
-(rule 1); what it cannot hear meanwhile is lost, as it always was, until its new connection's hello is
-acked (rule 5). The one window left: a listening connection that the database dropped holds no lock any
-more before its process notices (at once when the backend ends: the socket closes), and until then that
-process, if alone before, does not relay to a replica that started meanwhile.
+Why no subscriber silently misses an update it would have had if every replica relayed all the time:
+let a stream be open on B, and A publish an update at a moment t. (a) If B's last greeting (rule 2)
+completed before t and B wanted ever since: B's wants lock was taken before that greeting read who is
+present. If A's presence lock was among them, A heard the hello (sent after the read) and its relay was
+on when it acked, before the greeting completed; or A had locked but not yet listened (one round trip),
+and the greeting timed out while A's relay was on from its start (rule 1) or its listening connection was
+down and it relayed meanwhile. Once on, A takes it off only if a check of A finds no other holder of the
+wants lock, but B's is held (nor is a check that started before the hello applied: the epoch). If A's
+presence lock was not among them, A locked later and its first check, at its start, finds B's wants lock
+(rules 1 and 4). So A's relay is on at t, and B, which wants, decodes and publishes it. (b) Otherwise t
+falls before that greeting completed, or while B did not want: the stream, open then, was open when
+the greeting completed and got a ``resync`` (rule 2: all streams open then, those it held included, get
+one), or the stream opened later, resuming from an id published before that completion, and got one
+too. A ``resync`` makes the client read the state again, which holds A's update: a report is stored
+before it is published. The ``resync`` is left out only when B found nobody present at its reads since
+it last stopped wanting, and heard nobody: then A was not present at the first read, so A started later
+and said hello before it published (rule 1); a read on the listening connection hands over the
+notifications committed before it, so A's hello was heard before the greeting's read returned, or A's
+presence lock was taken after that read, hence after B's wants lock, and A's first check, at its start,
+found the lock and put its relay on (rule 4). A replica whose listening connection is down hears nothing
+meanwhile, as it always did; its wants lock goes with that connection, and the new one greets again
+(rule 2), so that, unlike before, its streams are told to read the state again. The one window left is the
+listening connection that the database dropped: it holds no lock any more before its process notices
+(at once when the backend ends: the socket closes), and until then that process, if nobody else wanted,
+does not relay to a replica that started to want meanwhile.
 
-A replica of a version before this one holds no lock and answers no hello (it reads hellos and acks as a
-change of no job), so during a rolling upgrade a newer replica may be alone by the lock beside older ones.
-Its notifications say ``"v": 2``, theirs do not: a bridge that hears an older replica's live update puts
-its relay back and stays relaying while it has heard one in the last :data:`OLDER_S` (an older replica
-that published nothing meanwhile, after its last update, may miss this one's until it publishes again).
+A replica of an earlier version either holds no lock and answers no hello (before the presence
+protocol), or holds the presence lock, answers hellos and relays while any other replica is present, but
+never holds the wants lock (before the wants lock). Either reads hellos and acks as a change of no job.
+Both are told apart by their notifications: this version's say ``"v": 3`` (:data:`VERSION`), theirs ``2``
+or nothing. A bridge that hears an older replica's live update puts its relay back and stays relaying
+while it has heard one in the last :data:`OLDER_S` (an older replica that published nothing meanwhile,
+after its last update, may miss this one's until it publishes again); the older replicas relay to this
+one whenever it listens.
 
 Each replica numbers its stream itself: a client that reconnects to another replica with a
 ``Last-Event-ID`` gets a ``resync`` at worst, and reads the state again.
@@ -94,7 +124,16 @@ a worker thread, a commit), which cost more than the rest of a report when each 
 alone (measured: 0.2 ms of server CPU a report with one replica)."""
 
 CHECK_S = 5.0
-"""How often a bridge checks whether it is alone (and takes its relay off if it is)."""
+"""How often a bridge checks whether another replica wants its live updates (and takes its relay off if
+none does)."""
+
+GRACE_S = 30.0
+"""How long a replica goes on wanting the others' live updates after its last stream closed: a page that
+reloads, or a client that reconnects, finds it still wanting (no handshake, no ``resync``)."""
+
+VERSION = 3
+"""What this version's live notifications say in ``"v"`` (see the module docstring: 2, or nothing, is an
+older replica)."""
 
 HELLO_TIMEOUT_S = 5.0
 """How long a starting bridge waits for the other replicas' acks before it serves anyway."""
@@ -120,15 +159,19 @@ class ReplicaBridge:
         check_s: float = CHECK_S,
         hello_timeout_s: float = HELLO_TIMEOUT_S,
         older_s: float = OLDER_S,
+        grace_s: float = GRACE_S,
     ) -> None:
         self._store = store
         self._live = live
         self._clock = clock
         self.origin = uuid.uuid4().hex[:12]
-        self._prefix = f'{{"o":"{self.origin}","v":2,"b":['
+        self._prefix = f'{{"o":"{self.origin}","v":{VERSION},"b":['
         """How this replica's notifications begin (``_packed`` writes them so)."""
         self._own = f'{{"o":"{self.origin}",'
         """How every notification of this replica begins, a spill's included (its store writes those so)."""
+        self._this_version = f'","v":{VERSION},'
+        """What follows the origin in every notification of a replica of this version, a spill's included
+        (origins are 12 characters: :data:`_AFTER_ORIGIN`)."""
         self._linger_s = linger_s
         self._queue: deque[str] = deque(maxlen=max_queue)
         self._wake = asyncio.Event()
@@ -150,30 +193,67 @@ class ReplicaBridge:
         self._older_s = older_s
         self._older_at = -older_s
         """When (``time.monotonic``) this bridge last heard a live update of an older replica."""
+        self._grace_s = grace_s
+        self._grace: asyncio.TimerHandle | None = None
+        """Set while the last stream has closed and the grace period runs."""
+        self._wanting = False
+        """Whether this replica wants the others' live updates (set on the loop, read in the listening
+        thread: a notification heard while it is false is dropped)."""
+        self._greeted = False
+        """Whether the others relay to this replica since its last greeting (rule 2), while it wants."""
+        self._connections = 0
+        """Raised (on the loop) by every change of the listening connection."""
+        self._presence_wake = asyncio.Event()
+        self._presence: asyncio.Task[None] | None = None
+        self._seen = True
+        """Whether another replica may have published, unheard, since this one last stopped wanting (set
+        by what the listening thread hears, and by reads of who is present): a greeting that completes
+        then resyncs the streams (rule 2). Until the first such read: it may."""
+        self.ignored = 0
+        """Live notifications of other replicas dropped undecoded while this one did not want them."""
 
     @property
     def relaying(self) -> bool:
         """Whether this replica's local updates go to the others now."""
         return self._outgoing in self._live.relays
 
+    @property
+    def wanting(self) -> bool:
+        """Whether this replica wants the others' live updates (someone watches here, or did a moment ago)."""
+        return self._wanting
+
     async def start(self) -> None:
         """Start relaying (call from the event loop that serves the app, and await it before serving: it
-        returns once every other replica relays to this one, or after a timeout)."""
+        returns once it knows whether another replica wants its updates)."""
         self._loop = asyncio.get_running_loop()
         store = self._store
         store.live_handlers.append(self._heard)
         store.ack_handlers.append(self._heard_ack)
         store.listening_handlers.append(self._heard_listening)
         store.hello_handler = self._heard_hello
+        self._live.watch_handlers.append(self._watch)
         self._relay(True)
         self._task = asyncio.create_task(self._send_forever())
-        await self._greet()
+        await self._settle()  # who is present (rule 2's resync needs to know whether anybody was)
+        try:  # rule 1: the others hear that this one is there before it publishes anything
+            await asyncio.to_thread(self._store.send_presence, "hello", uuid.uuid4().hex)
+        except StoreError as exc:
+            _log.warning("cannot tell the other replicas that this one started: %s", exc)
+        await self._check()
+        self._presence = asyncio.create_task(self._presence_forever())
         self._checker = asyncio.create_task(self._check_forever())
+        if self._live.subscribers:
+            self._watched()
 
     async def aclose(self, timeout_s: float = 2.0) -> None:
         """Stop relaying; what is still queued is sent, within ``timeout_s``."""
         self._relay(False)
         store = self._store
+        with contextlib.suppress(ValueError):
+            self._live.watch_handlers.remove(self._watch)
+        if self._grace is not None:
+            self._grace.cancel()
+        self._live.release()
         for handlers, handler in (
             (store.live_handlers, self._heard),
             (store.ack_handlers, self._heard_ack),
@@ -183,11 +263,14 @@ class ReplicaBridge:
                 handlers.remove(handler)  # type: ignore[arg-type]
         if store.hello_handler == self._heard_hello:
             store.hello_handler = None  # the store answers hellos itself
-        for task in (self._checker, *self._chores):
+        for task in (self._checker, self._presence, *self._chores):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._wanting:
+            self._wanting = False
+            await asyncio.to_thread(store.want_live, False, 2.0)
         if self._task is None:
             return
         self._task.cancel()
@@ -211,30 +294,112 @@ class ReplicaBridge:
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 
-    async def _who(self) -> frozenset[int] | None:
-        """The other replicas' listening connections, ``None`` when this one's is down or it cannot tell."""
+    async def _who(self, read: Callable[[], frozenset[int] | None]) -> frozenset[int] | None:
+        """Other replicas' listening connections as ``read`` finds them, ``None`` when this one's is down or
+        it cannot tell."""
         try:
-            return await asyncio.to_thread(self._store.others_present)
+            return await asyncio.to_thread(read)
         except StoreError as exc:
             _log.warning("cannot tell which replicas are there: %s", exc)
             return None
 
     def _alone(self, epoch: int) -> None:
-        """Found alone with the epoch at ``epoch``: the relay goes off if nothing happened since."""
+        """Found nobody else wanting with the epoch at ``epoch``: the relay goes off if nothing happened since."""
         if epoch == self._epoch and self._store.listening and time.monotonic() - self._older_at > self._older_s:
             self._relay(False)
 
-    async def _greet(self) -> None:
-        """Rule 2 of the module docstring: every replica there relays to this one when this returns, or
-        they did not answer in time (said in the log)."""
+    async def _check(self) -> None:
+        """Rule 4: the relay on while another replica wants, off while none does."""
         epoch = self._epoch
-        others = await self._who()
-        if others is None:
-            return  # relaying; greeted again when the listening connection is back
-        if not others:
+        others = await self._who(self._store.others_wanting)
+        if others:
+            self._relay(True)
+        elif others is not None:
             self._alone(epoch)
+
+    async def _check_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_s)
+            await self._check()
+
+    # ------------------------------------------------------------------------------------ wanting
+
+    def _watch(self, watched: bool) -> None:
+        """The broadcaster's first stream opened (on the loop, within ``stream()``), or its last closed
+        (anywhere)."""
+        if watched:
+            self._watched()
+        else:
+            self._on_loop(self._unwatched)
+
+    def _watched(self) -> None:
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+        if self._wanting and self._greeted:
+            return  # (within the grace period: nothing to ask)
+        self._wanting = True
+        self._live.hold()  # until the greeting is done (released by _presence_forever)
+        self._presence_wake.set()
+
+    def _unwatched(self) -> None:
+        if self._live.subscribers or self._grace is not None or not self._wanting:
             return
-        self._relay(True)
+        loop = self._loop
+        if loop is not None:
+            self._grace = loop.call_later(self._grace_s, self._unwant)
+
+    def _unwant(self) -> None:
+        """Rule 5, after the grace period."""
+        self._grace = None
+        if self._live.subscribers:
+            return
+        self._wanting = False
+        self._greeted = False
+        self._presence_wake.set()
+
+    async def _presence_forever(self) -> None:
+        """Holds or gives back the wants lock as :attr:`wanting` says, and greets (rule 2), one at a time."""
+        while True:
+            await self._presence_wake.wait()
+            self._presence_wake.clear()
+            try:
+                await self._settle()
+            except StoreError as exc:
+                _log.warning("cannot tell the other replicas whether this one wants live updates: %s", exc)
+            finally:
+                self._live.release()  # held streams go on (they get a resync when a greeting completes)
+
+    async def _settle(self) -> None:
+        connections = self._connections
+        wanting = self._wanting
+        if not wanting:
+            self._seen = False  # (what is heard from now on, and who the read below finds, set it again)
+        others = await asyncio.to_thread(self._store.want_live, wanting)
+        if others is None:  # down (greeted when it is back), or the listening thread did not answer in time
+            self._seen = True
+            if self._store.listening:
+                self._retry_soon()
+            return
+        if others:
+            self._seen = True
+        if not wanting or self._greeted:
+            return
+        if await self._greet(others) and self._wanting and connections == self._connections:
+            self._greeted = True
+            if self._seen:
+                self._live.resync("updates of other replicas may have been missed until now; read the state again")
+
+    def _retry_soon(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            loop.call_later(1.0, self._presence_wake.set)
+
+    async def _greet(self, others: frozenset[int]) -> bool:
+        """Rule 2, once the wants lock is held and ``others`` read: whether every replica there relays to
+        this one when this returns, or they did not answer in time (said in the log)."""
+        if not others:
+            return True
         nonce = uuid.uuid4().hex
         acked: set[int] = set()
         done = asyncio.Event()
@@ -252,17 +417,7 @@ class ReplicaBridge:
             )
         finally:
             del self._hellos[nonce]
-
-    async def _check_forever(self) -> None:
-        """Rule 4: the relay off while alone (on again if another store holds the lock without a hello)."""
-        while True:
-            await asyncio.sleep(self._check_s)
-            epoch = self._epoch
-            others = await self._who()
-            if others:
-                self._relay(True)
-            elif others is not None:
-                self._alone(epoch)
+        return True
 
     def _on_loop(self, callback: Callable[..., None], *args: Any) -> bool:
         loop = self._loop
@@ -276,6 +431,7 @@ class ReplicaBridge:
 
     def _heard_hello(self, nonce: str) -> None:
         """Another replica's hello (in the listening thread)."""
+        self._seen = True
         if not self._on_loop(self._hello, nonce):
             self._store.send_presence("ack", nonce)  # this loop is gone: nothing to relay
 
@@ -313,11 +469,15 @@ class ReplicaBridge:
         self._on_loop(self._listening, up)
 
     def _listening(self, up: bool) -> None:
-        """Rules 1 and 5."""
+        """Rules 1 and 2: down, it relays; back, it greets again if it wants (the others may have stopped
+        relaying to it meanwhile: its wants lock went with the connection)."""
         self._epoch += 1
+        self._connections += 1
+        self._greeted = False
+        self._seen = True  # (what it did not hear meanwhile)
         self._relay(True)
-        if up:
-            self._chore(self._greet())
+        if up and self._wanting:
+            self._presence_wake.set()
 
     # ------------------------------------------------------------------------------------ sending
 
@@ -355,7 +515,7 @@ class ReplicaBridge:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), 500))]
             try:
-                await asyncio.to_thread(self._store.send_live, self._packed(batch), self._clock(), self.origin)
+                await asyncio.to_thread(self._store.send_live, self._packed(batch), self._clock(), self.origin, VERSION)
             except StoreError:
                 self._queue.extendleft(reversed(batch))  # kept in order, for the next try
                 raise
@@ -385,6 +545,10 @@ class ReplicaBridge:
         """A notification on the live channel (in the store's listening thread)."""
         if payload.startswith(self._own):
             return  # this replica's own, published here already
+        self._seen = True
+        if not self._wanting and payload.startswith(self._this_version, _AFTER_ORIGIN):
+            self.ignored += 1  # nobody watches here: not decoded
+            return
         message = _decoded(payload)
         if message.get("o") == self.origin:
             return
@@ -397,10 +561,12 @@ class ReplicaBridge:
             if text is None:
                 return
             message = _decoded(text)
-        if message.get("v") != 2:  # a replica of an earlier version, which no lock shows
+        if not isinstance(message.get("v"), int) or message["v"] < VERSION:  # an earlier version: see the docstring
             self._older_at = time.monotonic()
             if not self.relaying:
                 self._on_loop(self._older)
+        if not self._wanting:
+            return
         updates = message.get("b", [message])  # (an older replica: one update each)
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -410,6 +576,10 @@ class ReplicaBridge:
         for message in updates:
             self.received += 1
             self._live.publish(message["k"], message["ns"], message["n"], message["d"], relayed=True)
+
+
+_AFTER_ORIGIN = len('{"o":"') + 12
+"""Where a notification's origin ends (``uuid4().hex[:12]``)."""
 
 
 def _decoded(text: str) -> Any:

@@ -26,8 +26,11 @@ nothing is served from the cache while the listening connection is down.
 
 **Presence.** The listening connection holds a shared advisory lock (``lock_key(schema, "replica")``),
 which PostgreSQL releases when that connection ends: :meth:`PostgresStore.others_present` counts the
-other replicas from ``pg_locks``, and :meth:`PostgresStore.send_presence` sends the hellos and acks by
-which the replica bridges agree on relaying (``stepwatch.server.live.replicas``).
+other replicas from ``pg_locks``; while its replica wants the others' live updates (someone watches its
+live stream: :meth:`PostgresStore.want_live`) that connection also holds a second one
+(``lock_key(schema, "replica-wants")``, :meth:`PostgresStore.others_wanting`); and
+:meth:`PostgresStore.send_presence` sends the hellos and acks by which the replica bridges agree on
+relaying (``stepwatch.server.live.replicas``).
 
 Every read and write both stores do with the same statements (jobs, history, commands, policies,
 events, tokens, the audit log) is written once in :mod:`.sql_store`; how a batch of reports is
@@ -145,6 +148,11 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
         self.listening_handlers: list[Callable[[bool], None]] = []
         """Called (in the listening thread) when the listening connection comes up or goes down."""
         self._presence_key = lock_key(self.schema, "replica")
+        self._wants_key = lock_key(self.schema, "replica-wants")
+        self._wants = False
+        """Whether this replica wants the others' live updates (:meth:`want_live`)."""
+        self._wants_held = False
+        """Whether the listening connection holds the lock of a replica that wants (its thread's)."""
         self._listener = Listener(
             self._connect,
             {
@@ -272,6 +280,38 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
         its ``LISTEN`` (one round trip, during which a hello is not heard: its sender waits for the timeout,
         and this replica relays meanwhile)."""
         conn.execute("SELECT pg_advisory_lock_shared(%s)", (self._presence_key,))
+        self._wants_held = False  # a new connection: it holds nothing yet
+        self._hold_wants(conn)
+
+    def _hold_wants(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """The listening connection holds the lock of a replica that wants live updates while this store
+        wants them (in the listening thread)."""
+        wants = self._wants
+        if wants and not self._wants_held:
+            conn.execute("SELECT pg_advisory_lock_shared(%s)", (self._wants_key,))
+            self._wants_held = True
+        elif not wants and self._wants_held:
+            conn.execute("SELECT pg_advisory_unlock_shared(%s)", (self._wants_key,))
+            self._wants_held = False
+
+    def want_live(self, wants: bool, timeout_s: float = 10.0) -> frozenset[int] | None:
+        """Say whether this replica wants the other replicas' live updates: its listening connection holds
+        the lock that :meth:`others_wanting` reads while it does (taken again by each new connection).
+        Then, on that same connection, reads the listening connections of the other stores present (as
+        :meth:`others_present`): the notifications committed before that read are handed over before this
+        returns. ``None`` while the listening connection is down, or it did not answer in time (blocks:
+        call from a worker thread)."""
+        self._wants = wants
+        found: list[frozenset[int]] = []
+
+        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+            self._hold_wants(conn)
+            rows = conn.execute(_HOLDERS, _halves(self._presence_key)).fetchall()
+            found.append(frozenset(int(pid) for (pid,) in rows if pid is not None and pid != conn.info.backend_pid))
+
+        if not self._listener.call(work, timeout_s) or not found:
+            return None
+        return found[0]
 
     @property
     def listening(self) -> bool:
@@ -281,16 +321,18 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
     def others_present(self) -> frozenset[int] | None:
         """The listening connections (backend process ids) of the other stores on this schema that hold
         the presence lock, or ``None`` while this store's own is down (it cannot tell)."""
+        return self._holders(self._presence_key)
+
+    def others_wanting(self) -> frozenset[int] | None:
+        """The listening connections of the other stores on this schema that want live updates
+        (:meth:`want_live`), or ``None`` while this store's own is down (it cannot tell)."""
+        return self._holders(self._wants_key)
+
+    def _holders(self, key: int) -> frozenset[int] | None:
         own = self._listener.pid
         if not self.listening:
             return None
-        unsigned = self._presence_key & 0xFFFF_FFFF_FFFF_FFFF  # a bigint key: its halves, as pg_locks shows them
-        rows = self._read(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid",
-            (unsigned >> 32, unsigned & 0xFFFF_FFFF),
-        )
+        rows = self._read(_HOLDERS, _halves(key))
         return frozenset(int(pid) for (pid,) in rows if pid is not None and pid != own)
 
     def send_presence(self, kind: str, nonce: str) -> None:
@@ -326,9 +368,10 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
             for ack in list(self.ack_handlers):
                 ack(str(message["ack"]), int(message.get("p") or 0))
 
-    def send_live(self, payloads: Sequence[str], now: float, origin: str = "") -> None:
+    def send_live(self, payloads: Sequence[str], now: float, origin: str = "", version: int | None = None) -> None:
         """Notify the other replicas of live updates (JSON texts), in order; large ones go through a table
-        (the notification names the row, and ``origin``, so that the sender need not read it).
+        (the notification names the row, and ``origin``, so that the sender need not read it, and
+        ``version`` when given, so that a replica that wants no update need not read it either).
 
         They go through a connection of their own, in autocommit mode and without waiting for the disk
         (``synchronous_commit`` off for its session: live updates are gone with the processes that hold
@@ -350,7 +393,9 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
                         "INSERT INTO live_spill (t, payload) VALUES (%s, %s) RETURNING id", (now, payload)
                     ).fetchone()
                     assert row is not None
-                    sent.append(json.dumps({"o": origin, "spill": row[0]}, separators=(",", ":")))
+                    notice: dict[str, Any] = {"o": origin} if version is None else {"o": origin, "v": version}
+                    notice["spill"] = row[0]
+                    sent.append(json.dumps(notice, separators=(",", ":")))
                 # every notification in one statement (one transaction), not one each; unnest reads the
                 # array in order
                 conn.execute(
@@ -388,6 +433,20 @@ class PostgresStore(PostgresIngest, SqlHistory, SqlAccess):
                 conn.execute("DELETE FROM live_spill WHERE t < %s", (before,))
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"the database cannot be written: {_first_line(exc)}") from None
+
+
+_HOLDERS = (
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND classid = %s::bigint::oid AND objid = %s::bigint::oid"
+)
+"""The backends holding a shared advisory lock (its key's halves as arguments: :func:`_halves`)."""
+
+
+def _halves(key: int) -> tuple[int, int]:
+    """A bigint advisory lock's key as ``pg_locks`` shows it: its unsigned halves."""
+    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
+    return unsigned >> 32, unsigned & 0xFFFF_FFFF
 
 
 def _first_line(exc: BaseException) -> str:

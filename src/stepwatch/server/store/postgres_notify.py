@@ -6,7 +6,9 @@ the callback of its channel. A lost connection is reported (``on_state(False)``)
 backoff; notifications sent while it was away are lost, which is why the store stops trusting its
 cache until ``on_state(True)``. ``on_connect`` runs on each new connection just before its ``LISTEN``
 statements: the store takes its presence lock there (``stepwatch.server.live.replicas``), which
-PostgreSQL releases when that connection ends.
+PostgreSQL releases when that connection ends; :meth:`Listener.call` runs other work on the listening
+connection, in its thread (a psycopg connection is used by one thread at a time): the store takes and
+gives back its lock of a replica that wants live updates there.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import os
 import select
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +64,9 @@ class Listener:
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self.connected = threading.Event()
+        self._calls: deque[tuple[Callable[[psycopg.Connection[tuple[Any, ...]]], None], threading.Event, list[bool]]]
+        self._calls = deque()
+        """Work for the listening connection (:meth:`call`): the work, set when done, whether it ran."""
         self._thread = threading.Thread(target=self._run, name="stepwatch-listen", daemon=True)
 
     def start(self, wait_s: float = 10.0) -> bool:
@@ -82,6 +88,35 @@ class Listener:
                 os.close(fd)
             except OSError:
                 pass
+
+    def call(self, work: Callable[[psycopg.Connection[tuple[Any, ...]]], None], timeout_s: float = 10.0) -> bool:
+        """Run ``work`` with the listening connection, in the listening thread (between two reads: within
+        :data:`LINGER_S` when idle), and wait for it; whether it ran (``False`` at once while no connection
+        listens, or when it raised: the connection is then opened again). Call from another thread."""
+        if not self.connected.is_set():
+            return False
+        done, ran = threading.Event(), [False]
+        self._calls.append((work, done, ran))
+        try:
+            os.write(self._wake_w, b"c")
+        except OSError:
+            return False
+        done.wait(timeout_s)
+        return ran[0]
+
+    def _run_calls(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        while self._calls:
+            work, done, ran = self._calls.popleft()
+            try:
+                work(conn)
+                ran[0] = True
+            finally:
+                done.set()
+
+    def _drop_calls(self) -> None:
+        """Calls that no connection will run (the one they were for went): their callers go on."""
+        while self._calls:
+            self._calls.popleft()[1].set()
 
     def _dispatch(self, notify: psycopg.Notify) -> None:
         callback = self._channels.get(notify.channel)
@@ -115,6 +150,7 @@ class Listener:
                 if self.connected.is_set():
                     self.connected.clear()
                     self._on_state(False)
+                self._drop_calls()
                 if conn is not None:
                     conn.close()
             if self._stop.wait(delay):
@@ -124,9 +160,16 @@ class Listener:
     def _listen(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         pgconn = conn.pgconn
         while not self._stop.is_set():
+            self._run_calls(conn)
             readable, _, _ = select.select([pgconn.socket, self._wake_r], [], [], self._keepalive_s)
             if self._wake_r in readable:
-                return
+                os.read(self._wake_r, 4096)  # (readable: it does not block)
+                if self._stop.is_set():
+                    return
+                self._run_calls(conn)
+                readable.remove(self._wake_r)
+                if not readable:
+                    continue
             if not readable:
                 conn.execute("SELECT 1")  # a connection the server dropped shows here, not in select
                 continue
