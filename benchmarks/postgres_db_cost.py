@@ -3,13 +3,17 @@
 One ``stepwatch server`` (one replica) on a throwaway PostgreSQL database, fed by ``fleet.py``'s fleet
 (``--jobs`` jobs of ``--ranks-per-job`` ranks, each rank reporting every 2 s; rank 0 with the report core's 5
 metric windows, the others heartbeats). Per report: the server's CPU, the CPU of the database's backends
-(from /proc: PostgreSQL runs on this machine), and the write-ahead log bytes that this database's
-transactions wrote (``pg_walinspect``: the records touching its relations, and the commit records of their
-transactions; the other databases of the server, other benchmarks', are left out), with ``--by-record`` the
-log's bytes by kind of record. ``--src PATH``, repeated, measures each ``src/`` folder in turn, rounds
-alternating (A/B: a ``git worktree`` of the code before).
+(from /proc: PostgreSQL runs on this machine), the write-ahead log bytes that this database's transactions
+wrote (``pg_walinspect``: the records touching its relations, and the commit records of their transactions;
+the other databases of the server, other benchmarks', are left out), and the transactions committed (at a
+fleet's pace the group commit's batches are small: per report, the database's CPU follows the commits). With
+``--by-record`` the log's bytes by kind of record. ``--store B``: the store alone, no server or HTTP, batches
+of ``B`` reports of the same fleet's stream in their order (the writing thread's CPU instead of the
+server's): batch sizes fixed, so less noise between trees. ``--src PATH``, repeated, measures each ``src/``
+folder in turn, rounds alternating (A/B: a ``git worktree`` of the code before).
 
     .venv/bin/python benchmarks/postgres_db_cost.py --src /tmp/wt/src --src src --rounds 3
+    .venv/bin/python benchmarks/postgres_db_cost.py --src /tmp/wt/src --src src --rounds 3 --store 3
 """
 
 from __future__ import annotations
@@ -59,6 +63,15 @@ def wal_of(database: PostgresDatabase, start: str, end: str) -> tuple[int, dict[
     return sum(b for _, b in kinds.values()), kinds
 
 
+def commits(database: PostgresDatabase) -> int:
+    """Transactions committed in the database so far (``pg_stat_database``, as the statistics have them)."""
+    database._admin.execute("SELECT pg_stat_clear_snapshot()")
+    row = database._admin.execute(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database.name,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def one(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
     """One run of the fleet against the server of ``src`` on a fresh database."""
     database = PostgresDatabase(cfg.database_url)
@@ -74,12 +87,14 @@ def one(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
                 task = asyncio.create_task(fleet.run(cfg.warmup))
                 await asyncio.sleep(cfg.warmup + 0.2)  # the fleet's warm-up: it measures from here
                 answered0, cpu0, db0 = fleet.answered, server.cpu_s(), database.cpu_s()
-                lsn0 = wal_lsn(database)
+                lsn0, commits0 = wal_lsn(database), commits(database)
                 await asyncio.sleep(cfg.seconds - 0.4)
                 answered, cpu, db = fleet.answered - answered0, server.cpu_s() - cpu0, database.cpu_s() - db0
                 lsn1 = wal_lsn(database)
                 await task
-                return {"reports": answered, "cpu_s": cpu, "db_s": db, "lsn": (lsn0, lsn1)}
+                await asyncio.sleep(0.6)  # the statistics are sent at most every 0.5 s
+                n_commits = commits(database) - commits0
+                return {"reports": answered, "cpu_s": cpu, "db_s": db, "lsn": (lsn0, lsn1), "commits": n_commits}
 
             got = asyncio.run(run())
             wal, kinds = wal_of(database, *got["lsn"])
@@ -91,6 +106,7 @@ def one(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
         "server_ms": 1000 * got["cpu_s"] / n,
         "db_ms": 1000 * got["db_s"] / n,
         "wal_bytes": wal / n,
+        "commits": got["commits"] / n,
         "kinds": {k: (c / n, b / n) for k, (c, b) in kinds.items()},
     }
 
@@ -186,6 +202,7 @@ def one_store(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
         "server_ms": 1000 * result["cpu_s"] / n,
         "db_ms": 1000 * (db1 - db0) / n,
         "wal_bytes": wal / n,
+        "commits": 1 / cfg.store,
         "kinds": {k: (c / n, b / n) for k, (c, b) in kinds.items()},
     }
 
@@ -215,22 +232,22 @@ def main() -> None:
             table[str(src)].append(got)
             print(
                 f"round {r + 1} {src}: {got['reports']} reports, server {got['server_ms']:.3f} ms, "
-                f"db {got['db_ms']:.3f} ms, WAL {got['wal_bytes']:.0f} B a report",
+                f"db {got['db_ms']:.3f} ms, WAL {got['wal_bytes']:.0f} B, {got['commits']:.2f} commits a report",
                 flush=True,
             )
             if cfg.by_record:
                 for kind, (count, size) in sorted(got["kinds"].items(), key=lambda kv: -kv[1][1])[:14]:
                     print(f"    {kind:36s} {count:6.2f} records {size:8.1f} B a report")
     server = "writing thread" if cfg.store else "server"
-    print(f"\n| src | rounds | {server} CPU ms/report | database CPU ms/report | WAL bytes/report |")
-    print("|---|---|---|---|---|")
+    print(f"\n| src | rounds | {server} CPU ms/report | database CPU ms/report | WAL bytes/report | commits/report |")
+    print("|---|---|---|---|---|---|")
     for src, runs in table.items():
 
         def span(key: str, fmt: str, runs: list[dict[str, Any]] = runs) -> str:
             values = [run[key] for run in runs]
             return f"{min(values):{fmt}}-{max(values):{fmt}}"
 
-        spans = [span("server_ms", ".3f"), span("db_ms", ".3f"), span("wal_bytes", ".0f")]
+        spans = [span("server_ms", ".3f"), span("db_ms", ".3f"), span("wal_bytes", ".0f"), span("commits", ".2f")]
         print(f"| {src} | {len(runs)} | {' | '.join(spans)} |")
 
 
