@@ -57,7 +57,9 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     return asyncio.run(_replica(args, counted, profiles))
 
 
-async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict[str, list[Any]]) -> dict[str, Any]:
+async def _replica(  # noqa: PLR0915 - one replica's life in order, read top to bottom
+    args: dict[str, Any], counted: dict[str, int], profiles: dict[str, list[Any]]
+) -> dict[str, Any]:
     """The replica's event loop: its store, broadcaster, bridge and reporters (see :func:`child`)."""
     import asyncio
     import random
@@ -78,6 +80,7 @@ async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict
     assert bridge is not None
     if args.get("relay", True):
         await bridge.start()
+    watching = _watching(live) if args.get("subscriber") else None
     jobs = [
         store.register(args["namespace"], name, token_hash="x" * 64, now=time.time(), total_steps=10**7)
         for name in args["names"]
@@ -115,6 +118,8 @@ async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict
     statements = counted["statements"] - statements0
     await asyncio.gather(*tasks)
     await asyncio.sleep(args["linger_s"])  # the others still write: go on hearing them, as a server does
+    if watching is not None:
+        watching.cancel()
     await bridge.aclose()
     store.close()
     return {
@@ -123,9 +128,21 @@ async def _replica(args: dict[str, Any], counted: dict[str, int], profiles: dict
         "statements": statements,
         "relayed_in": bridge.received,
         "relayed_out": bridge.sent,
+        "ignored": getattr(bridge, "ignored", 0),  # (a tree before: none)
         "relaying": bool(args.get("relay", True) and relaying),
         "threads": threads,
     }
+
+
+def _watching(live: Any) -> Any:
+    """One live stream open on this replica, read as fast as it comes, in a task."""
+    import asyncio
+
+    async def watch() -> None:
+        async for _ in live.stream():
+            pass
+
+    return asyncio.create_task(watch())
 
 
 def _count_heard(store: Any) -> dict[str, int]:
@@ -220,6 +237,7 @@ def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict
                 "linger_s": 1.0,
                 "profile": cfg.profile,
                 "relay": not cfg.no_relay,
+                "subscriber": cfg.subscriber and i == 0,
             }
             procs.append(
                 subprocess.Popen(
@@ -255,6 +273,7 @@ def measure(url: str, replicas: int, cfg: argparse.Namespace, src: Path) -> dict
         "commits_per_report": (commits1 - commits0) / max(reports, 1),
         "relayed_in": sum(r["relayed_in"] for r in results),
         "relayed_out": sum(r["relayed_out"] for r in results),
+        "ignored": sum(r.get("ignored", 0) for r in results),
         "relaying": sum(r["relaying"] for r in results),
     }
 
@@ -357,6 +376,11 @@ def main() -> None:
         help="no replica bridge (live updates stay in their replica: not a valid setting, only to see what "
         "relaying costs)",
     )
+    parser.add_argument(
+        "--subscriber",
+        action="store_true",
+        help="one live stream open on the first replica (the others relay to it), read as fast as it comes",
+    )
     parser.add_argument("--threads", action="store_true", help="also the CPU per report of each kind of thread")
     parser.add_argument(
         "--profile",
@@ -407,7 +431,8 @@ def main() -> None:
                 if cfg.threads:
                     shares = ", ".join(f"{k} {v:.3f}" for k, v in row["threads_ms_per_report"].items())
                     print(f"    threads, CPU ms/rep: {shares}", flush=True)
-                    relayed = f"sent {row['relayed_out']}, received {row['relayed_in']}; "
+                    relayed = f"sent {row['relayed_out']}, received {row['relayed_in']}, "
+                    relayed += f"dropped undecoded {row['ignored']}; "
                     relayed += f"replicas relaying at the end: {row['relaying']} of {n}"
                     print(f"    live updates relayed: {relayed}", flush=True)
 

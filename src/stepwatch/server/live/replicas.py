@@ -30,8 +30,9 @@ lock, taken (on that connection, in its thread: :meth:`.PostgresStore.want_live`
 wants, and again by each new listening connection while it does. The rules:
 
 1. a bridge relays from its start, and whenever its listening connection is down (it cannot hear a
-   hello then, nor tell who wants); at its start it says *hello* without waiting for answers, before it
-   publishes anything (the others then know that somebody was there);
+   hello then, nor tell who wants); at its start it says *hello* before it publishes anything (the others
+   then know that somebody was there; this one wants nothing yet, so they do not relay for it, and it
+   does not wait for their acks);
 2. a bridge that starts to want (its first stream opens; or its listening connection comes back while
    it wants) holds the wants lock *first*, then reads who is present, sends a *hello* on the jobs channel
    and waits for an *ack* from each of them (by the process id of their listening connection); after a
@@ -236,7 +237,7 @@ class ReplicaBridge:
         self._task = asyncio.create_task(self._send_forever())
         await self._settle()  # who is present (rule 2's resync needs to know whether anybody was)
         try:  # rule 1: the others hear that this one is there before it publishes anything
-            await asyncio.to_thread(self._store.send_presence, "hello", uuid.uuid4().hex)
+            await asyncio.to_thread(self._store.send_presence, "hello", _STARTING + uuid.uuid4().hex)
         except StoreError as exc:
             _log.warning("cannot tell the other replicas that this one started: %s", exc)
         await self._check()
@@ -432,6 +433,8 @@ class ReplicaBridge:
     def _heard_hello(self, nonce: str) -> None:
         """Another replica's hello (in the listening thread)."""
         self._seen = True
+        if nonce.startswith(_STARTING):
+            return  # a replica that starts: it wants nothing yet (older ones relay, and it does not wait)
         if not self._on_loop(self._hello, nonce):
             self._store.send_presence("ack", nonce)  # this loop is gone: nothing to relay
 
@@ -577,6 +580,10 @@ class ReplicaBridge:
             self.received += 1
             self._live.publish(message["k"], message["ns"], message["n"], message["d"], relayed=True)
 
+
+_STARTING = "start-"
+"""How the nonce of the hello a bridge says at its start begins (rule 1): nobody relays for it, nobody
+waits for its acks."""
 
 _AFTER_ORIGIN = len('{"o":"') + 12
 """Where a notification's origin ends (``uuid4().hex[:12]``)."""
