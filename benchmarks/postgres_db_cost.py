@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,15 +37,30 @@ from fleet import Fleet  # noqa: E402
 from server_ingest import PostgresDatabase, Server, register_jobs  # noqa: E402
 
 
-def wal_lsn(database: PostgresDatabase) -> str:
+def wal_lsn(database: PostgresDatabase, start: bool = False) -> str:
+    """Where the write-ahead log stands; ``start``: after a checkpoint, so that no timed checkpoint (every
+    ``checkpoint_timeout``, 5 min by default) removes the segments of the measurement before they are read."""
+    if start:
+        database._admin.execute("CHECKPOINT")
     row = database._admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
     return str(row[0])
 
 
-def wal_of(database: PostgresDatabase, start: str, end: str) -> tuple[int, dict[str, tuple[int, int]]]:
+def wal_of(database: PostgresDatabase, start: str, end: str) -> tuple[float, dict[str, tuple[int, int]]]:
     """The log bytes this database's transactions wrote between two positions, and by kind of record
-    (count, bytes)."""
+    (count, bytes); NaN and none when the log's segments were removed before they could be read (a checkpoint
+    that another client of the server forced: PostgreSQL keeps none beyond ``wal_keep_size``, 0 by default)."""
+    import psycopg
+
+    try:
+        return _wal_of(database, start, end)
+    except psycopg.errors.UndefinedFile as exc:
+        print(f"    (the log could not be read: {str(exc).strip()})", file=sys.stderr)
+        return math.nan, {}
+
+
+def _wal_of(database: PostgresDatabase, start: str, end: str) -> tuple[float, dict[str, tuple[int, int]]]:
     admin = database._admin
     admin.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
     oid_row = admin.execute("SELECT oid FROM pg_database WHERE datname = %s", (database.name,)).fetchone()
@@ -86,8 +102,8 @@ def one(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
             async def run() -> dict[str, Any]:
                 task = asyncio.create_task(fleet.run(cfg.warmup))
                 await asyncio.sleep(cfg.warmup + 0.2)  # the fleet's warm-up: it measures from here
+                lsn0, commits0 = wal_lsn(database, start=True), commits(database)
                 answered0, cpu0, db0 = fleet.answered, server.cpu_s(), database.cpu_s()
-                lsn0, commits0 = wal_lsn(database), commits(database)
                 await asyncio.sleep(cfg.seconds - 0.4)
                 answered, cpu, db = fleet.answered - answered0, server.cpu_s() - cpu0, database.cpu_s() - db0
                 lsn1 = wal_lsn(database)
@@ -185,7 +201,8 @@ def one_store(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
         )
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().strip() == "ready"
-        db0, lsn0 = database.cpu_s(), wal_lsn(database)
+        lsn0 = wal_lsn(database, start=True)
+        db0 = database.cpu_s()
         proc.stdin.write("go\n")
         proc.stdin.flush()
         result = json.loads(proc.stdout.readline())
