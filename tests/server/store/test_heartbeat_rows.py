@@ -20,12 +20,6 @@ MakeReport = Callable[..., dict[str, Any]]
 pytestmark = pytest.mark.both_stores
 
 
-@pytest.fixture
-def report(make_report: MakeReport) -> Callable[..., Report]:
-    """``report(seq, step, {"loss": 0.5}, rank=1, ...)``: a protocol Report, as the route hands it over."""
-    return lambda *args, **kwargs: Report.from_dict(make_report(*args, **kwargs))
-
-
 def _row(database: Any, job_id: int) -> tuple[Any, ...]:
     """The job's two times as stored, and on PostgreSQL the row's version (a new one at every ``UPDATE``)."""
     version = "xmin::text" if database.backend == "postgres" else "0"

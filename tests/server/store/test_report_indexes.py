@@ -31,11 +31,6 @@ KUBEFLOW_SEQ = "SELECT COALESCE(MAX(seq), -1) + 1 FROM reports WHERE job_id = ? 
 """The next seq of an upstream status (both ingests)."""
 
 
-@pytest.fixture
-def report(make_report: MakeReport) -> Callable[..., Report]:
-    return lambda *args, **kwargs: Report.from_dict(make_report(*args, **kwargs))
-
-
 def _fleet(store: Store, report: Callable[..., Report], ranks: int = 4, beats: int = 6) -> int:
     """A job whose rank 0 reports metrics and whose other ranks heartbeat, every 2 s; its id."""
     job = store.register("ns", "fleet", token_hash="h", now=1.0)

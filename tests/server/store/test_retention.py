@@ -22,14 +22,6 @@ from stepwatch.testing import wait_for
 pytestmark = pytest.mark.both_stores
 
 
-@pytest.fixture
-def report(make_report: Callable[..., dict[str, Any]]) -> Callable[..., Report]:
-    def make(*args: Any, **kwargs: Any) -> Report:
-        return Report.from_dict(make_report(*args, **kwargs))
-
-    return make
-
-
 def values(n: int, seed: int = 5) -> list[float]:
     """A noisy decaying loss with a spike, a NaN and an infinity early on (where compaction reaches),
     in different level-2 rows (256 windows): within one row, two non-finite ``last`` are one mark."""

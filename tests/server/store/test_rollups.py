@@ -22,14 +22,6 @@ from stepwatch.server.views.history import downsampled
 pytestmark = pytest.mark.both_stores
 
 
-@pytest.fixture
-def report(make_report: Callable[..., dict[str, Any]]) -> Callable[..., Report]:
-    def make(*args: Any, **kwargs: Any) -> Report:
-        return Report.from_dict(make_report(*args, **kwargs))
-
-    return make
-
-
 def values(n: int, seed: int = 7) -> list[float]:
     """A noisy decaying loss with a spike, a NaN and an infinity somewhere in it."""
     rng = random.Random(seed)

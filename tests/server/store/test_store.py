@@ -33,16 +33,6 @@ MakeReport = Callable[..., dict[str, Any]]
 pytestmark = pytest.mark.both_stores
 
 
-@pytest.fixture
-def report(make_report: MakeReport) -> Callable[..., Report]:
-    """``report(seq, step, {"loss": 0.5}, ...)``: a protocol Report, as the ingest route hands it to the store."""
-
-    def make(*args: Any, **kwargs: Any) -> Report:
-        return Report.from_dict(make_report(*args, **kwargs))
-
-    return make
-
-
 def test_register_creates_attempts_and_refuses_a_live_name(store: Store) -> None:
     job = store.register(
         "team",
