@@ -39,14 +39,6 @@ def backend() -> str:
 
 
 @pytest.fixture
-def report(make_report: MakeReport) -> Callable[..., Report]:
-    def make(*args: Any, **kwargs: Any) -> Report:
-        return Report.from_dict(make_report(*args, **kwargs))
-
-    return make
-
-
-@pytest.fixture
 def fresh_url(postgres_schemas: Any) -> str:
     """An empty schema: no tables at all."""
     if postgres_schemas.admin is None:
@@ -422,6 +414,8 @@ def test_a_replicas_live_updates_share_notifications_in_order(database: Any) -> 
         got: list[int] = []
         await sender.start()
         await receiver.start()
+        watching = receiver_live.stream()  # the receiver relays to nobody, and hears nobody, unless watched
+        await watching.__anext__()  # (begins once the sender relays)
         original = receiver_live.publish
 
         def publish(kind: str, namespace: str, name: str, data: dict[str, Any], *, relayed: bool = False) -> Any:
@@ -436,6 +430,7 @@ def test_a_replicas_live_updates_share_notifications_in_order(database: Any) -> 
         deadline = time.monotonic() + 10
         while len(got) < 60 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        await watching.aclose()
         await sender.aclose()
         await receiver.aclose()
         return got
