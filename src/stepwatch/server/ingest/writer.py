@@ -114,14 +114,16 @@ class ReportWriter:
         self.gap += ((gap if gap < _GAP_MAX_S else _GAP_MAX_S) - self.gap) * _GAP_WEIGHT
         if not self._busy:
             self._busy = True
+            linger = self.linger if self.linger > 0 and self.gap <= self.linger_gap else 0.0
+            if linger:
+                self.lingered += 1
             if self._write_now is not None and not self._waits:
-                if self.linger > 0 and self.gap <= self.linger_gap:
-                    self.lingered += 1
-                    loop.call_later(self.linger, self._write_soon)
+                if linger:
+                    loop.call_later(linger, self._write_soon)
                 else:
                     loop.call_soon(self._write_soon)
             else:  # a store that waited last time (a network's always does) is tried from a task, as before
-                self._task = asyncio.create_task(self._drain())
+                self._task = asyncio.create_task(self._drain(linger=linger))
         return await future  # a client that hangs up cancels its future, not the batch
 
     def _take(self) -> list[tuple[PendingReport, asyncio.Future[IngestResult]]]:
@@ -160,10 +162,16 @@ class ReportWriter:
             if not handed:
                 self._busy = False
 
-    async def _drain(self, first: list[tuple[PendingReport, asyncio.Future[IngestResult]]] | None = None) -> None:
+    async def _drain(
+        self, first: list[tuple[PendingReport, asyncio.Future[IngestResult]]] | None = None, linger: float = 0.0
+    ) -> None:
         """Write the queue's batches in turn (``first``, if given, straight in a worker thread: the store
-        could not write it at once); each tried on the loop first when the store can."""
+        could not write it at once); each tried on the loop first when the store can. ``linger``: how long
+        the first batch waits for more reports (PostgreSQL's path: a transaction costs its database ~1.3 ms
+        of CPU at a fleet's pace, and held 1.5-2 reports there without it)."""
         try:
+            if linger:
+                await asyncio.sleep(linger)
             while first is not None or self._queue:
                 batch, now = (first, False) if first is not None else (self._take(), True)
                 first = None
