@@ -22,8 +22,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +32,7 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
 from fleet import Fleet  # noqa: E402
-from server_ingest import PostgresDatabase, Server, register_jobs  # noqa: E402
+from server_ingest import PostgresDatabase, Server, register_jobs, start_store_child  # noqa: E402
 
 
 def wal_lsn(database: PostgresDatabase, start: bool = False) -> str:
@@ -191,16 +189,8 @@ def one_store(src: Path, cfg: argparse.Namespace) -> dict[str, Any]:
             "jobs": cfg.jobs,
             "ranks_per_job": cfg.ranks_per_job,
         }
-        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE.parent}"}
-        proc = subprocess.Popen(
-            [sys.executable, str(HERE), "--store-child", json.dumps(args)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        proc = start_store_child(HERE, src, args)
         assert proc.stdout is not None and proc.stdin is not None
-        assert proc.stdout.readline().strip() == "ready"
         lsn0 = wal_lsn(database, start=True)
         db0 = database.cpu_s()
         proc.stdin.write("go\n")
@@ -258,14 +248,14 @@ def main() -> None:
     server = "writing thread" if cfg.store else "server"
     print(f"\n| src | rounds | {server} CPU ms/report | database CPU ms/report | WAL bytes/report | commits/report |")
     print("|---|---|---|---|---|---|")
-    for src, runs in table.items():
+    for name, runs in table.items():
 
         def span(key: str, fmt: str, runs: list[dict[str, Any]] = runs) -> str:
             values = [run[key] for run in runs]
             return f"{min(values):{fmt}}-{max(values):{fmt}}"
 
         spans = [span("server_ms", ".3f"), span("db_ms", ".3f"), span("wal_bytes", ".0f"), span("commits", ".2f")]
-        print(f"| {src} | {len(runs)} | {' | '.join(spans)} |")
+        print(f"| {name} | {len(runs)} | {' | '.join(spans)} |")
 
 
 if __name__ == "__main__":

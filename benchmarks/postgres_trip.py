@@ -32,7 +32,7 @@ from typing import Any
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 
-from server_ingest import PostgresDatabase  # noqa: E402
+from server_ingest import PostgresDatabase, start_store_child  # noqa: E402
 
 
 def child(args: dict[str, Any]) -> dict[str, Any]:
@@ -322,16 +322,8 @@ def measure_store(url: str, cfg: argparse.Namespace, src: Path) -> dict[str, Any
     database = PostgresDatabase(url)
     try:
         args = {"url": database.url, "batch": cfg.store, "batches": cfg.batches, "warmup_batches": 20}
-        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE.parent}"}
-        proc = subprocess.Popen(
-            [sys.executable, str(HERE), "--store-child", json.dumps(args)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        proc = start_store_child(HERE, src, args)
         assert proc.stdout is not None and proc.stdin is not None
-        assert proc.stdout.readline().strip() == "ready"
         db0 = database.cpu_s()
         proc.stdin.write("go\n")
         proc.stdin.flush()

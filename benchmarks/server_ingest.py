@@ -1214,6 +1214,23 @@ def serve_bare(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, timeout_keep_alive=30)
 
 
+def start_store_child(script: Path, src: Path, args: dict[str, Any]) -> subprocess.Popen[str]:
+    """``script --store-child ARGS`` (a benchmark's store measured alone, in a process of its own) with the code
+    of ``src`` first on its path, once it has said it is ready; the caller writes ``go``, reads the result's line of
+    JSON, and writes ``end``."""
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{script.parent}"}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--store-child", json.dumps(args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
 class PostgresDatabase:
     """A throwaway database on the PostgreSQL server of ``admin_url`` (made here, dropped by :meth:`drop`),
     and the CPU of the backends that serve it (from /proc: the PostgreSQL server runs on this machine)."""
