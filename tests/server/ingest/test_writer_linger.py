@@ -38,20 +38,23 @@ def recording_timer(loop: asyncio.AbstractEventLoop) -> list[float]:
     return delays
 
 
+async def pair(linger: float, on_loop: bool = True) -> tuple[list[list[float]], ReportWriter]:
+    """Two reports written a few loop steps apart (``on_loop``: by a store that writes on the loop, else
+    from a task, as PostgreSQL's); the batches the store got, and the writer."""
+    store = Recorder()
+    now = NowOrThread(store) if on_loop else None
+    writer = ReportWriter(store, offload, write_now=now, linger=linger, linger_gap=10.0)
+    first = asyncio.ensure_future(writer.write(item(0)))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    second = asyncio.ensure_future(writer.write(item(1)))
+    assert all(isinstance(r, IngestResult) for r in await asyncio.gather(first, second))
+    return store.batches, writer
+
+
 def test_two_reports_within_the_linger_share_a_batch() -> None:
     """The second report comes a few loop steps after the first, when the first's batch would already have
     been written without the linger; with it, the two share one transaction."""
-
-    async def pair(linger: float) -> tuple[list[list[float]], ReportWriter]:
-        store = Recorder()
-        writer = ReportWriter(store, offload, write_now=NowOrThread(store), linger=linger, linger_gap=10.0)
-        first = asyncio.ensure_future(writer.write(item(0)))
-        for _ in range(3):
-            await asyncio.sleep(0)
-        second = asyncio.ensure_future(writer.write(item(1)))
-        assert all(isinstance(r, IngestResult) for r in await asyncio.gather(first, second))
-        return store.batches, writer
-
     batches, writer = asyncio.run(pair(0.5))  # far longer than three loop steps, even on a loaded machine
     assert batches == [[0.0, 1.0]] and writer.batches == 1 and writer.written == 2 and writer.lingered == 1
     batches, writer = asyncio.run(pair(0.0))  # no linger: as before, each report its own batch
@@ -159,18 +162,7 @@ def test_a_store_that_writes_from_a_task_lingers_too() -> None:
     """PostgreSQL's store has no ``write_now``: its batches go to a task and a worker thread. An idle writer's
     first batch there lingers as well (a transaction costs its database ~1.3 ms at a fleet's pace), so two
     reports a few loop steps apart share it; without the linger each is its own."""
-
-    async def pair(linger: float) -> tuple[list[list[float]], ReportWriter]:
-        store = Recorder()
-        writer = ReportWriter(store, offload, linger=linger, linger_gap=10.0)
-        first = asyncio.ensure_future(writer.write(item(0)))
-        for _ in range(3):
-            await asyncio.sleep(0)
-        second = asyncio.ensure_future(writer.write(item(1)))
-        assert all(isinstance(r, IngestResult) for r in await asyncio.gather(first, second))
-        return store.batches, writer
-
-    batches, writer = asyncio.run(pair(0.5))
+    batches, writer = asyncio.run(pair(0.5, on_loop=False))
     assert batches == [[0.0, 1.0]] and writer.batches == 1 and writer.lingered == 1
-    batches, writer = asyncio.run(pair(0.0))
+    batches, writer = asyncio.run(pair(0.0, on_loop=False))
     assert batches == [[0.0], [1.0]] and writer.lingered == 0
