@@ -21,6 +21,7 @@ its connections, transactions and notifications.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -165,6 +166,8 @@ class PostgresIngest(SqlStore):
 
     def __init__(self) -> None:
         super().__init__()
+        self._sent_early = False
+        """The batch being written sent its statements with the rows' lock (see :meth:`ingest_reports`)."""
         self._written_rows: dict[int, tuple[str, Job]] = {}
         """Jobs as this store's batches last wrote their rows, by id: the row's version (``xmin``, the id of
         the transaction that wrote it) and the job. The next batch that locks a row still of that version
@@ -178,10 +181,15 @@ class PostgresIngest(SqlStore):
     def ingest_reports(self, batch: Sequence[PendingReport]) -> list[IngestResult | StoreError]:
         """Store reports in one transaction, in few round trips; a report that fails fails alone."""
         versions: list[Any] = []
+        self._sent_early = False
         try:
             with self._write() as conn:
                 results = self._write_reports(conn, batch, isolate=False, versions=versions)
-        except ReportFailed:
+        except (ReportFailed, StoreError) as exc:
+            if isinstance(exc, StoreError) and not self._sent_early:
+                raise
+            # a statement sent early can fail (a removed job's reports) with its error raised by the rollback,
+            # depending on when its answer arrives: the batch is then rewritten report by report as well
             versions.clear()
             with self._write(pipeline=False) as conn:  # savepoints, one report at a time
                 results = self._write_reports(conn, batch, isolate=True, versions=versions)
@@ -224,6 +232,7 @@ class PostgresIngest(SqlStore):
             # every job as this store last wrote it: the batch's statements go out now, in the same flush as the
             # lock (one round trip less), admitted by those jobs; checked below against the rows as locked
             known, refused = self._admit(batch, {i: memo[i][1] for i in ids})
+            self._sent_early = True  # (before: sending may read, and raise, an answer that has come already)
             early = (known, refused, self._send_batch(conn, known))
         try:
             rows, command_rows = locked.fetchall(), commands.fetchall()
@@ -248,6 +257,7 @@ class PostgresIngest(SqlStore):
             ):
                 # a job changed meanwhile so that another report is refused (its names) or gone: written again,
                 # report by report (the statements sent are rolled back with the transaction)
+                _read_out(early[2][1])
                 raise ReportFailed("a job of the batch changed since this store wrote it")
             try:
                 waves, cursors = early[2] if early is not None else self._send_batch(conn, known)
@@ -381,6 +391,15 @@ class PostgresIngest(SqlStore):
             events = self._transition(conn, job, updates, "running", "", now, rank0=True)
             fresh = self._update(conn, job, updates)
         return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample, events=events)
+
+
+def _read_out(cursors: Sequence[psycopg.Cursor[Any]]) -> None:
+    """Read the answers of statements sent early, their errors included: a removed job's reports fail (a
+    foreign key), and an error left unread in the pipeline would be raised by the transaction's rollback
+    instead of the batch's :class:`ReportFailed` (whose rewrite, report by report, gives each its result)."""
+    for cursor in cursors:
+        with contextlib.suppress(psycopg.Error):
+            cursor.fetchall()
 
 
 def _params(item: PendingReport) -> dict[str, Any]:
