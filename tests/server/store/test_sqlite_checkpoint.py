@@ -83,7 +83,8 @@ def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path
     Without the restart the log only grows (what the restart is for): every commit adds its frames. With it
     the log is started again every 200 frames or so, unless the copying thread is kept waiting (a loaded
     machine, the writer taking the lock back at once): one such wait makes the longest log, so the test takes
-    the median of three tries, and a third of the baseline as its bound (measured: a tenth, a third at worst)."""
+    the median of three tries, and half the baseline as its bound (measured: a tenth, a third at worst; CI on a
+    loaded machine once read 0.26-0.45 of it, median 0.37: without the restart it is 1 or more)."""
     commits, longest, checkpointer = write_without_a_pause(tmp_path / "grows.db", 1.0, restart_frames=10**9)
     assert checkpointer.restarts == 0 and longest >= commits
     baseline = longest / commits
@@ -92,7 +93,7 @@ def test_under_writes_without_a_pause_the_log_is_restarted_at_its_limit(tmp_path
         commits, longest, checkpointer = write_without_a_pause(tmp_path / f"busy-{attempt}.db", 1.0, 200)
         assert checkpointer.restarts >= 1
         ratios.append(longest / commits)
-    assert statistics.median(ratios) < baseline / 3, (ratios, baseline)
+    assert statistics.median(ratios) < baseline / 2, (ratios, baseline)
 
 
 def test_close_stops_the_thread_at_once(tmp_path: Path) -> None:
