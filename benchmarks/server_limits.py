@@ -268,7 +268,8 @@ def names_attack(server: Server, cfg: argparse.Namespace, result: dict[str, Any]
     median_latency(client, other, seq, 10)  # warm up
     result["idle_health_ms"], result["idle_report_ms"] = median_latency(client, other, seq, 40)
     result["rss_idle_mb"] = server.rss()
-    attack = spawn("--child-attack", str(server.port), attacker, str(cfg.seconds))
+    # one argument, in JSON after "=": a token may begin with "-", which argparse would take for an option
+    attack = spawn("--child-attack=" + json.dumps([server.port, attacker, cfg.seconds]))
     health, report = [], []
     while attack.poll() is None:
         h, r = median_latency(client, other, seq, 1)
@@ -358,11 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-ref", default="main", help="git ref of the 'before' server ('' for none)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
     parser.add_argument("--lifted", action="store_true", help="also the streams with their limits lifted (item 11)")
-    parser.add_argument("--child-attack", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child-attack", help=argparse.SUPPRESS)
     parser.add_argument("--child-streams", nargs=2, help=argparse.SUPPRESS)
     cfg = parser.parse_args(argv)
     if cfg.child_attack:
-        child_attack(int(cfg.child_attack[0]), cfg.child_attack[1], float(cfg.child_attack[2]))
+        port, token, seconds = json.loads(cfg.child_attack)
+        child_attack(int(port), str(token), float(seconds))
         return 0
     if cfg.child_streams:
         child_streams(int(cfg.child_streams[0]), int(cfg.child_streams[1]))
