@@ -21,7 +21,6 @@ its connections, transactions and notifications.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -257,7 +256,6 @@ class PostgresIngest(SqlStore):
             ):
                 # a job changed meanwhile so that another report is refused (its names) or gone: written again,
                 # report by report (the statements sent are rolled back with the transaction)
-                _read_out(early[2][1])
                 raise ReportFailed("a job of the batch changed since this store wrote it")
             try:
                 waves, cursors = early[2] if early is not None else self._send_batch(conn, known)
@@ -391,15 +389,6 @@ class PostgresIngest(SqlStore):
             events = self._transition(conn, job, updates, "running", "", now, rank0=True)
             fresh = self._update(conn, job, updates)
         return IngestResult(job=fresh, duplicate=False, new_points=read.windows, sample=read.sample, events=events)
-
-
-def _read_out(cursors: Sequence[psycopg.Cursor[Any]]) -> None:
-    """Read the answers of statements sent early, their errors included: a removed job's reports fail (a
-    foreign key), and an error left unread in the pipeline would be raised by the transaction's rollback
-    instead of the batch's :class:`ReportFailed` (whose rewrite, report by report, gives each its result)."""
-    for cursor in cursors:
-        with contextlib.suppress(psycopg.Error):
-            cursor.fetchall()
 
 
 def _params(item: PendingReport) -> dict[str, Any]:
