@@ -220,12 +220,17 @@ def test_the_where_sampler_costs_a_loop_no_measurable_cpu(sink: ReportSink) -> N
     """Loops 40 frames deep with the stack sampler on (read 20x more often than it is) and off, alternated.
 
     Process CPU per step, not wall time: it counts the sampler's own work in the sender thread and not
-    what other tenants of a shared machine take. Target: within 2 % (benchmarks/reporter_overhead.py, e).
+    what other tenants of a shared machine take. Target: within 2 % at the sampler's real rate
+    (benchmarks/reporter_overhead.py, e); read 20x as often, the bound is 20 %, which is 1 % at the real
+    rate. Each round's on and off loops run back to back and the bound holds the median of the rounds'
+    ratios: the load of a shared machine drifts over seconds, and a CI run read 1.13 from the medians of
+    all "on" and all "off" loops with a bound of 1.10 (1.01, 0.98 and 0.99 on a quiet machine).
     """
     steps, work = 20_000, 300
-    cpu: dict[bool, list[float]] = {True: [], False: []}
+    ratios: list[float] = []
     reads = 0
-    for r in range(6):
+    for r in range(8):
+        cpu: dict[bool, float] = {}
         for where in (True, False) if r % 2 == 0 else (False, True):
             run = stepwatch.init(job="perf-where", url=sink.url, interval=2.0, where=where)
             sampler = run._sender.where if run._sender is not None else None
@@ -244,9 +249,13 @@ def test_the_where_sampler_costs_a_loop_no_measurable_cpu(sink: ReportSink) -> N
             while not done or time.monotonic() - t0 < 1.5:
                 _nested(40, loop)
                 done += steps
-            cpu[where].append((time.process_time() - c0) / done)
+            cpu[where] = (time.process_time() - c0) / done
             run.finish()
             reads += sampler.reads if sampler is not None else 0
-    assert reads >= 6, f"the sampler read {reads} stacks: it did not run"
-    ratio = statistics.median(cpu[True]) / statistics.median(cpu[False])
-    assert ratio <= 1.10, f"CPU per step with the sampler on / off: {ratio:.3f} (target <= 1.02)"
+        ratios.append(cpu[True] / cpu[False])
+    assert reads >= 8, f"the sampler read {reads} stacks: it did not run"
+    ratio = statistics.median(ratios)
+    assert ratio <= 1.20, (
+        f"CPU per step with the sampler on / off, read 20x as often as it is: {ratio:.3f} (bound 1.20, "
+        f"1 % at the real rate; target <= 1.02 there); rounds {', '.join(f'{r:.3f}' for r in ratios)}"
+    )
