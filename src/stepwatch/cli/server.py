@@ -130,10 +130,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"stepwatch server: {refused}", file=sys.stderr)
         return 2
     try:
-        import uvicorn
-
         from ..server import ServerSettings, create_app
-        from ..server.serving import protocol_class, tune_for_serving
+        from ..server.serving import protocol_class, serve, tune_for_serving
         from ..server.store import StoreError
     except ImportError as exc:
         print(
@@ -168,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "access_log": False,
         "timeout_keep_alive": 30,
-        "timeout_graceful_shutdown": 5,  # live streams never end by themselves: cut them 5 s after a stop
+        # live streams end as a stop begins (server.serving.stopping); a client that reads nothing is cut after 5 s
+        "timeout_graceful_shutdown": 5,
         "http": protocol_class(settings.head_timeout_s),  # slow clients are cut off (uvicorn does not bound a head)
         "proxy_headers": False,  # the peer address stays the peer's: auth proxy trusts identity headers by it
         "ssl_certfile": tls.get("ssl_certfile"),
@@ -192,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"stepwatch server on {where}; API docs at /docs", flush=True)
     tune_for_serving()  # flat tail latency: no full GC pause every few seconds (see server.serving.process)
-    uvicorn.run(app, host=settings.host, port=settings.port, **options)
-    return 0
+    started = serve(app, host=settings.host, port=settings.port, **options)
+    return 0 if started else 3  # (uvicorn's exit status for a failed startup, as uvicorn.run exits with)
 
 
 def tls_files(certfile: str | None, keyfile: str | None) -> dict[str, str]:

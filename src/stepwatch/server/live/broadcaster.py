@@ -12,12 +12,14 @@ the bridge between replicas asks the others for their updates only while someone
 (``live/replicas.py``). Until they relay, new streams wait (:meth:`Broadcaster.hold`); once they do, every
 open stream, and every resume from an id published before then, is told to ``resync``
 (:meth:`Broadcaster.resync`): what the others published meanwhile is in the database, not in the ring.
+
+When the server stops, every stream ends (:meth:`Broadcaster.end_streams`, called by the serving process as
+the stop begins): a stream never ends by itself, and the server would otherwise wait for it, then cut it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
@@ -52,6 +54,32 @@ def encode_json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
 
 
 _log = logging.getLogger("stepwatch.server")
+
+_asyncio_timeout = getattr(asyncio, "timeout", None)
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> bool:
+    """Whether ``event`` is set within ``timeout`` seconds; a cancel of the waiting task always goes through.
+
+    Not ``asyncio.wait_for``: before Python 3.12 it returns the result of an awaitable that completes in the
+    turn of the loop in which its task is cancelled, and drops the cancel (a stream cancelled as an update
+    woke it went on). ``asyncio.timeout`` (3.11+) has no such window, nor a task per wait; anyio's cancel
+    scope, which delivers a cancel until it is taken, stands in for it on 3.10."""
+    if event.is_set():
+        return True
+    if _asyncio_timeout is not None:
+        try:
+            async with _asyncio_timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+    import anyio  # pragma: no cover - Python 3.10 (anyio comes with Starlette)
+
+    with anyio.move_on_after(timeout):  # pragma: no cover
+        await event.wait()
+        return True
+    return False  # pragma: no cover
 
 
 @dataclass(frozen=True)
@@ -194,6 +222,8 @@ class Broadcaster:
         self._held: asyncio.Event | None = None
         self._resync_below = self.first_id
         """A resume from an id below this one gets a ``resync`` (:meth:`resync`)."""
+        self._ended = False
+        """The server stops: streams end (:meth:`end_streams`)."""
 
     def publish(self, kind: str, namespace: str, name: str, data: dict[str, Any], *, relayed: bool = False) -> Update:
         """Send an update to the subscribers that want it (call from the event loop).
@@ -329,14 +359,25 @@ class Broadcaster:
         text = f"event: resync\ndata: {encode_json({'reason': reason})}\n\n"
         for sub in self._subscribers:
             sub.resync = text
+            # what it holds was published before now: the client reads the state again after the resync,
+            # which holds all of it (an update is stored before it is published); what comes later is kept
+            sub.queue.clear()
+            sub.ready.set()
+
+    def end_streams(self) -> None:
+        """The server stops: every open stream sends what it holds and ends, a held one at once, and a stream
+        opened from now on ends after what it missed (call from the event loop). Clients reconnect, with
+        ``Last-Event-ID``, to whichever server answers next, as after a restart."""
+        self._ended = True
+        self.release()
+        for sub in self._subscribers:
             sub.ready.set()
 
     async def _serve(self, sub: _Subscriber, last_event_id: int | None) -> AsyncGenerator[str, None]:
         try:
             held = self._held
             if held is not None:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(held.wait(), self.hold_s)
+                await _wait(held, self.hold_s)
             yield "retry: 2000\n\n"
             if last_event_id is not None:
                 missed = [u for u in self._recent if u.id > last_event_id and sub.wants(u)]
@@ -355,12 +396,11 @@ class Broadcaster:
                 for sent in missed:
                     yield sent.text
             while True:
-                try:
-                    await asyncio.wait_for(sub.ready.wait(), timeout=self.heartbeat)
-                except asyncio.TimeoutError:
-                    yield ": keep-alive\n\n"
-                    continue
-                sub.ready.clear()
+                if not self._ended:  # (ended: what it holds goes out, then the stream ends)
+                    if not await _wait(sub.ready, self.heartbeat):
+                        yield ": keep-alive\n\n"
+                        continue
+                    sub.ready.clear()
                 while sub.queue or sub.lost or sub.resync:
                     if sub.resync:  # said before any update that came after it
                         text, sub.resync, sub.lost = sub.resync, "", False
@@ -371,5 +411,7 @@ class Broadcaster:
                         yield 'event: resync\ndata: {"reason":"this client was too slow; read the state again"}\n\n'
                         continue
                     yield sub.queue.popleft().text
+                if self._ended:
+                    return
         finally:
             self._close(sub)
