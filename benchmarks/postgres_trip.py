@@ -207,6 +207,7 @@ def _dump_profiles(profiles: dict[str, list[Any]], folder: str) -> None:
     for group in profiles.values():
         for profiler in group:
             profiler.disable()
+    Path(folder).mkdir(parents=True, exist_ok=True)
     for name, group in profiles.items():
         stats = pstats.Stats(group[0])
         for profiler in group[1:]:
