@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fakeapi import FakeApi
 from kubehelp import trainjob, wait_for
 
@@ -184,10 +183,11 @@ def test_stepwatch_server_serves_https_with_the_tls_settings(
     certificate: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from stepwatch.cli import main
+    from stepwatch.server import serving
 
     cert, key = certificate
     served: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.append(kwargs))
+    monkeypatch.setattr(serving, "serve", lambda app, **kwargs: served.append(kwargs) or True)  # (started)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])

@@ -34,6 +34,8 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("stepwatch.testing.server needs the server extra: pip install 'stepwatch[server]'") from exc
 
+from ..server.serving import Server
+
 __all__ = ["LocalServer", "ServerThread"]
 
 
@@ -72,7 +74,7 @@ class ServerThread:
         self._force_exit = force_exit
         self._graceful_s = graceful_s
         self._log_level = log_level
-        self._server: uvicorn.Server | None = None
+        self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
         self._exit_code: int | str | None = None
@@ -110,7 +112,7 @@ class ServerThread:
             timeout_graceful_shutdown=self._graceful_s,
             **self._tls,  # type: ignore[arg-type]  # (str values; uvicorn's keywords are typed one by one)
         )
-        server = uvicorn.Server(config)
+        server = Server(config)  # (its live streams end when it stops, as `stepwatch server`'s do)
         self._exit_code = None
         thread = threading.Thread(target=self._serve, args=(server, sock), name="uvicorn", daemon=True)
         thread.start()
@@ -124,7 +126,7 @@ class ServerThread:
             time.sleep(0.005)
         return self
 
-    def _serve(self, server: uvicorn.Server, sock: socket.socket) -> None:
+    def _serve(self, server: Server, sock: socket.socket) -> None:
         try:
             server.run(sockets=[sock])
         except SystemExit as exc:  # uvicorn exits when the app's startup fails: the starter reports it
