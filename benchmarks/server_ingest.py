@@ -482,6 +482,8 @@ class LoadGenerator:
         self.errors: list[str] = []
         self.per_second: dict[int, int] = {}
         self.reconnects = 0
+        self.slow: list[tuple[float, float]] = []
+        """(seconds into the measurement, ms) of each answer slower than :data:`TARGET_INGEST_P99_MS`."""
 
     async def run(self) -> dict[str, Any]:
         import httpx
@@ -496,6 +498,7 @@ class LoadGenerator:
             "errors": self.errors,
             "per_second": self.per_second,
             "reconnects": self.reconnects,
+            "slow": self.slow,
         }
 
     async def reporter(self, pool: Any, name: str, token: str) -> None:
@@ -557,6 +560,8 @@ class LoadGenerator:
             self.statuses[code] = self.statuses.get(code, 0) + 1
             if code == self.expect:
                 self.latencies.append(round(elapsed * 1000, 3))
+                if elapsed * 1000 > TARGET_INGEST_P99_MS:
+                    self.slow.append((round(done - self.measure_from, 3), round(elapsed * 1000, 1)))
             second = int(done - self.measure_from)
             self.per_second[second] = self.per_second.get(second, 0) + 1
 
@@ -611,6 +616,7 @@ def ingest_phase(
     if missing:
         return {"unavailable": "; ".join(missing)}
     latencies = [x for r in results for x in r["latencies_ms"]]
+    bursts = slow_bursts([tuple(x) for r in results for x in r.get("slow", [])])
     statuses: dict[str, int] = {}
     per_second: dict[int, int] = {}
     for r in results:
@@ -643,6 +649,7 @@ def ingest_phase(
         "p90_ms": pct(latencies, 0.90),
         "p99_ms": pct(latencies, 0.99),
         "max_ms": max(latencies) if latencies else math.nan,
+        "slow_bursts": bursts,
         "server_cpu_s": server_cpu,
         "server_cores": server_cpu / wall,
         "server_cpu_ms_per_request": 1000 * server_cpu / accepted if accepted else math.nan,
@@ -654,6 +661,22 @@ def ingest_phase(
         "steal_cores": (machine1["steal"] - machine0["steal"]) / wall,
         "idle_cores": (machine1["idle"] - machine0["idle"]) / wall,
     }
+
+
+def slow_bursts(slow: list[tuple[float, float]], gap_s: float = 0.5) -> list[dict[str, float]]:
+    """Answers slower than the target, grouped into bursts (answered less than ``gap_s`` apart): when each
+    began (seconds into the measurement), how many answers, the slowest (ms). A tail made of a few bursts
+    is something stopping the server for a moment (a pause, a copy, a collection), not a queue."""
+    bursts: list[dict[str, float]] = []
+    for at, ms in sorted(slow):
+        if bursts and at - bursts[-1]["last_s"] < gap_s:
+            burst = bursts[-1]
+            burst["answers"] += 1
+            burst["last_s"] = at
+            burst["slowest_ms"] = max(burst["slowest_ms"], ms)
+        else:
+            bursts.append({"at_s": at, "last_s": at, "answers": 1, "slowest_ms": ms})
+    return bursts
 
 
 def seed_progress_history(db: Path, names: list[str], seconds: float, interval: float) -> tuple[int, int]:
@@ -1614,6 +1637,16 @@ def print_details(results: dict[str, Any]) -> None:
                 f"p90 {fmt_ms(phase['p90_ms'])}, p99 {fmt_ms(phase['p99_ms'])}, max {fmt_ms(phase['max_ms'])}; "
                 f"per second {phase['per_second_min']:,}..{phase['per_second_max']:,}"
             )
+            bursts = phase.get("slow_bursts") or []
+            if bursts and phase["period_s"]:  # (back to back, every answer waits in the queue: one long burst)
+                shown = ", ".join(
+                    f"{b['at_s']:.1f} s ({b['answers']:,.0f}, {fmt_ms(b['slowest_ms'])})" for b in bursts[:8]
+                )
+                more = f" and {len(bursts) - 8} more" if len(bursts) > 8 else ""
+                print(
+                    f"      over {TARGET_INGEST_P99_MS:g} ms: {sum(b['answers'] for b in bursts):,.0f} answers in "
+                    f"{len(bursts)} burst{'s' if len(bursts) > 1 else ''} at {shown}{more} (start, answers, slowest)"
+                )
             if phase["errors"]:
                 print(f"      errors: {phase['errors']}")
         steady = ing["steady"]

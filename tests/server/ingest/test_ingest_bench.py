@@ -55,3 +55,20 @@ def test_quick_benchmark_runs_and_prints_the_table(tmp_path: Path) -> None:
     assert compare["postgres_2"]["unavailable"] == "no --database-url"
     assert compare["sqlite_before"]["unavailable"] == "no --baseline"
     assert "6. one process, and replicas" in proc.stdout
+
+
+def test_slow_answers_are_grouped_into_bursts() -> None:
+    """The tail's shape: answers over the target less than 0.5 s apart are one burst (a pause of the server),
+    whatever order the load generators' processes gave them in."""
+    sys.path.insert(0, str(BENCHMARK.parent))
+    try:
+        from server_ingest import slow_bursts
+    finally:
+        sys.path.remove(str(BENCHMARK.parent))
+    slow = [(8.3, 70.0), (1.0, 55.0), (8.1, 90.0), (1.2, 60.0), (8.2, 61.0), (5.0, 51.0)]
+    assert slow_bursts(slow) == [
+        {"at_s": 1.0, "last_s": 1.2, "answers": 2, "slowest_ms": 60.0},
+        {"at_s": 5.0, "last_s": 5.0, "answers": 1, "slowest_ms": 51.0},
+        {"at_s": 8.1, "last_s": 8.3, "answers": 3, "slowest_ms": 90.0},
+    ]
+    assert slow_bursts([]) == []
