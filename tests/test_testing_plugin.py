@@ -51,7 +51,7 @@ def test_no_variable_of_the_machine_comes_in(stepwatch_clean):
 def test_the_fixtures_in_a_users_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STEPWATCH_URL", "http://127.0.0.1:9")  # a developer's own server: never reached
     pytester.makepyfile(test_mine=REPORTING)
-    pytester.runpytest("-q", "-p", "no:cacheprovider").assert_outcomes(passed=5)
+    pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider").assert_outcomes(passed=5)
 
 
 def test_the_server_fixture(pytester: pytest.Pytester) -> None:
@@ -71,7 +71,7 @@ def test_the_server_fixture(pytester: pytest.Pytester) -> None:
             assert stepwatch_server.db == tmp_path / "stepwatch.db"
         """
     )
-    pytester.runpytest("-q", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_loading_the_plugin_costs_a_suite_that_uses_none_of_it_nothing(pytester: pytest.Pytester) -> None:
@@ -92,7 +92,7 @@ def test_loading_the_plugin_costs_a_suite_that_uses_none_of_it_nothing(pytester:
     assert "stepwatch.testing.plugin" in imported
     heavy = ["stepwatch.testing._sink", "stepwatch.server", "stepwatch.client", "uvicorn", "http.server", "ssl"]
     assert [name for name in heavy if name in imported] == [], imported
-    listed = pytester.runpytest("--fixtures", "-p", "no:cacheprovider")
+    listed = pytester.runpytest_subprocess("--fixtures", "-p", "no:cacheprovider")
     listed.stdout.fnmatch_lines(["*fixtures defined from stepwatch.testing.plugin*"])
     for name in ("clean", "sink", "transport", "clock", "webhooks", "server"):
         listed.stdout.fnmatch_lines([f"stepwatch_{name}*"])
