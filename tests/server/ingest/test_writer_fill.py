@@ -127,3 +127,21 @@ def test_a_store_written_on_the_loop_never_waits_to_fill() -> None:
 
     writer = asyncio.run(main())
     assert writer.fills == 0 and writer.written_now == 43 and sum(map(len, store.batches)) == 43
+
+
+def test_a_writer_of_small_batches_waits_for_no_more_than_one() -> None:
+    """With ``max_batch`` below :data:`FILL_BATCH`, a queue that holds a whole batch is written at once."""
+    store = Held()
+
+    async def main() -> ReportWriter:
+        writer = ReportWriter(store, offload, write_now=never, max_batch=2, linger=0.5, linger_gap=10.0)
+        first = asyncio.ensure_future(writer.write(item(0)))
+        await until(store.entered.is_set)
+        rest = [asyncio.ensure_future(writer.write(item(n))) for n in range(1, 3)]
+        await until(lambda: len(writer._queue) == 2)
+        store.gate.set()
+        await asyncio.wait_for(asyncio.gather(first, *rest), 1.5)  # the wait to fill would be 2 s
+        return writer
+
+    writer = asyncio.run(main())
+    assert store.batches == [[0.0], [1.0, 2.0]] and writer.fills == 0

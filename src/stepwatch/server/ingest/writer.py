@@ -139,7 +139,7 @@ class ReportWriter:
         self._last = now
         self.gap += ((gap if gap < _GAP_MAX_S else _GAP_MAX_S) - self.gap) * _GAP_WEIGHT
         filled = self._filled
-        if filled is not None and len(self._queue) >= FILL_BATCH and not filled.done():
+        if filled is not None and len(self._queue) >= self._fill_batch and not filled.done():
             filled.set_result(None)
         if not self._busy:
             self._busy = True
@@ -156,8 +156,13 @@ class ReportWriter:
         return await future  # a client that hangs up cancels its future, not the batch
 
     def _short(self) -> bool:
-        """Whether the queue holds fewer reports than :data:`FILL_BATCH` while reports arrive often."""
-        return 0 < len(self._queue) < FILL_BATCH and self.linger > 0 and self.gap <= self.linger_gap
+        """Whether the queue holds fewer reports than a batch would take (:data:`FILL_BATCH`, at most
+        :attr:`max_batch`) while reports arrive often."""
+        return 0 < len(self._queue) < self._fill_batch and self.linger > 0 and self.gap <= self.linger_gap
+
+    @property
+    def _fill_batch(self) -> int:
+        return min(FILL_BATCH, self.max_batch)
 
     async def _fill(self) -> None:
         """Wait until the queue holds :data:`FILL_BATCH` reports (:meth:`write` says so), or :data:`FILL_LINGERS`
