@@ -46,6 +46,17 @@ async def until(condition: object, seconds: float = 5.0) -> None:
         await asyncio.sleep(0.001)
 
 
+async def behind_one(writer: ReportWriter, store: Held, waiting: int) -> list[asyncio.Future[IngestResult]]:
+    """Report 0's batch held in the store, ``waiting`` reports queued behind it, then the store let go: the
+    reports, report 0's first."""
+    first = asyncio.ensure_future(writer.write(item(0)))
+    await until(store.entered.is_set)
+    rest = [asyncio.ensure_future(writer.write(item(n))) for n in range(1, waiting + 1)]
+    await until(lambda: len(writer._queue) == waiting)
+    store.gate.set()
+    return [first, *rest]
+
+
 def test_a_task_written_batch_waits_for_the_queue_to_fill_then_goes_at_once() -> None:
     """The first batch is in the store (held there); three reports wait. Once it commits, the writer waits
     for more rather than writing three; the report that brings the queue to :data:`FILL_BATCH` starts the
@@ -55,11 +66,7 @@ def test_a_task_written_batch_waits_for_the_queue_to_fill_then_goes_at_once() ->
     async def main() -> tuple[ReportWriter, float]:
         writer = ReportWriter(store, offload, write_now=never, linger=0.5, linger_gap=10.0)
         loop = asyncio.get_running_loop()
-        first = asyncio.ensure_future(writer.write(item(0)))
-        await until(store.entered.is_set)  # the first batch is in the store, held there
-        waiting = [asyncio.ensure_future(writer.write(item(n))) for n in range(1, 4)]
-        await until(lambda: len(writer._queue) == 3)
-        store.gate.set()
+        first, *waiting = await behind_one(writer, store, 3)
         await first
         await until(lambda: writer.fills == 1)
         assert store.batches == [[0.0]] and not any(w.done() for w in waiting)
@@ -81,12 +88,7 @@ def test_a_queue_that_does_not_fill_is_written_after_a_few_lingers() -> None:
     async def main() -> tuple[ReportWriter, list[float]]:
         delays = recording_timer(asyncio.get_running_loop())
         writer = ReportWriter(store, offload, write_now=never, linger=0.01, linger_gap=10.0)
-        first = asyncio.ensure_future(writer.write(item(0)))
-        await until(store.entered.is_set)
-        rest = [asyncio.ensure_future(writer.write(item(n))) for n in range(1, 4)]
-        await until(lambda: len(writer._queue) == 3)
-        store.gate.set()
-        await asyncio.gather(first, *rest)
+        await asyncio.gather(*await behind_one(writer, store, 3))
         return writer, delays
 
     writer, delays = asyncio.run(main())
@@ -101,12 +103,7 @@ def test_no_wait_to_fill_when_reports_come_seldom_or_the_linger_is_off() -> None
     async def run(linger: float, linger_gap: float) -> tuple[list[list[float]], ReportWriter]:
         store = Held()
         writer = ReportWriter(store, offload, write_now=never, linger=linger, linger_gap=linger_gap)
-        first = asyncio.ensure_future(writer.write(item(0)))
-        await until(store.entered.is_set)
-        rest = [asyncio.ensure_future(writer.write(item(n))) for n in range(1, 4)]
-        await until(lambda: len(writer._queue) == 3)
-        store.gate.set()
-        await asyncio.gather(first, *rest)
+        await asyncio.gather(*await behind_one(writer, store, 3))
         return store.batches, writer
 
     for linger, gap in ((0.0, 10.0), (0.5, 0.0)):  # the linger off; reports far apart (the gap is 1 s)
@@ -135,12 +132,7 @@ def test_a_writer_of_small_batches_waits_for_no_more_than_one() -> None:
 
     async def main() -> ReportWriter:
         writer = ReportWriter(store, offload, write_now=never, max_batch=2, linger=0.5, linger_gap=10.0)
-        first = asyncio.ensure_future(writer.write(item(0)))
-        await until(store.entered.is_set)
-        rest = [asyncio.ensure_future(writer.write(item(n))) for n in range(1, 3)]
-        await until(lambda: len(writer._queue) == 2)
-        store.gate.set()
-        await asyncio.wait_for(asyncio.gather(first, *rest), 1.5)  # the wait to fill would be 2 s
+        await asyncio.wait_for(asyncio.gather(*await behind_one(writer, store, 2)), 1.5)  # a wait to fill: 2 s
         return writer
 
     writer = asyncio.run(main())
