@@ -112,7 +112,7 @@ def create_app(
     app.state.services = services
     app.state.auth = settings.authenticator()
     app.state.notifier = notifier
-    app.state.prometheus = registry_for(the_store, clock, services.stats, notifier)
+    app.state.prometheus = registry_for(the_store, clock, services.stats, notifier, services.writer)
     app.state.settings = settings
     return app
 

@@ -61,6 +61,26 @@ def test_an_empty_server_scrapes_cleanly(api: Any) -> None:
     assert not any(name.startswith("stepwatch_job_") for name, _ in samples)
 
 
+def test_group_commits_counters(api: Any, make_report: Callable[..., dict[str, Any]]) -> None:
+    """The writer's transactions and the reports they held (one each here: every report is awaited before the
+    next is sent), and the batches that waited, by why; a status posted to the Kubeflow endpoint is not a
+    native report and goes its own way."""
+    before = scrape(api)
+    assert before["stepwatch_ingest_batches_total", ()] == 0
+    assert before["stepwatch_ingest_batched_reports_total", ()] == 0
+    token = api.register("train", total_steps=100)
+    for n in range(1, 5):
+        api.report_ok("train", token, make_report(n, n * 10, {"loss": 1.0 / n}))
+    samples = scrape(api)
+    assert samples["stepwatch_ingest_batches_total", ()] == 4
+    assert samples["stepwatch_ingest_batched_reports_total", ()] == 4
+    assert samples["stepwatch_reports_total", (("kind", "reports"),)] == 4
+    waited = {labels: v for (name, labels), v in samples.items() if name == "stepwatch_ingest_batches_waited_total"}
+    assert set(waited) == {(("why", "linger"),), (("why", "fill"),)}
+    writer = api.client.app.state.services.writer
+    assert waited[(("why", "linger"),)] == writer.lingered and waited[(("why", "fill"),)] == writer.fills == 0
+
+
 # ------------------------------------------------------------------------- a real Prometheus
 
 

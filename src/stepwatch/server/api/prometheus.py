@@ -24,11 +24,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..analysis.cost import Cost, totals
+from ..ingest.writer import ReportWriter
 from ..notify import Notifier
 from ..store import HEALTH_STATES, Job, JobFilter, Store
 from ..views.figures import cost_of, eta_of, live_steps_per_second, progress_percent, remaining_seconds
 
-__all__ = ["JOB_LABEL", "NAMESPACE_LABEL", "JobsCollector", "registry_for"]
+__all__ = ["JOB_LABEL", "NAMESPACE_LABEL", "JobsCollector", "WriterCollector", "registry_for"]
 
 JOB_LABEL = "job_name"
 """The training job's label. Not ``job``: Prometheus gives every scraped series ``job`` (the name of
@@ -203,6 +204,33 @@ def _health_of(job: Job) -> str:
     return job.health if job.health in HEALTH_STATES else "unknown"
 
 
+class WriterCollector(Collector):
+    """Group commit's counters: how many transactions wrote native reports, how many reports they held (the
+    ratio of the two is the mean batch, what a store's cost a report follows), and the batches that waited
+    for more reports before they were written, by why."""
+
+    def __init__(self, writer: ReportWriter) -> None:
+        self.writer = writer
+
+    def collect(self) -> Iterator[Metric]:
+        """``stepwatch_ingest_batches_total``, ``stepwatch_ingest_batched_reports_total`` and
+        ``stepwatch_ingest_batches_waited_total{why}`` (``linger``: an idle writer's batch, at a fleet's pace;
+        ``fill``: a batch right after another, on PostgreSQL under load)."""
+        writer = self.writer
+        batches = CounterMetricFamily("stepwatch_ingest_batches", "Transactions that wrote native reports.")
+        batches.add_metric([], writer.batches)
+        reports = CounterMetricFamily("stepwatch_ingest_batched_reports", "Native reports those transactions held.")
+        reports.add_metric([], writer.written)
+        waited = CounterMetricFamily(
+            "stepwatch_ingest_batches_waited", "Batches that waited for more reports, by why.", labels=["why"]
+        )
+        waited.add_metric(["linger"], writer.lingered)
+        waited.add_metric(["fill"], writer.fills)
+        yield batches
+        yield reports
+        yield waited
+
+
 class NotificationsCollector(Collector):
     """The notifier's counters per target (redacted: no credentials in labels)."""
 
@@ -228,10 +256,14 @@ def registry_for(
     clock: Callable[[], float] = time.time,
     stats: dict[str, int] | None = None,
     notifier: Notifier | None = None,
+    writer: ReportWriter | None = None,
 ) -> CollectorRegistry:
-    """A registry of its own per app (no global state): the jobs, and the notifier when there is one."""
+    """A registry of its own per app (no global state): the jobs, and the report writer and the notifier when
+    there are."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(JobsCollector(store, clock, stats))
+    if writer is not None:
+        registry.register(WriterCollector(writer))
     if notifier is not None:
         registry.register(NotificationsCollector(notifier))
     return registry
