@@ -143,7 +143,7 @@ class ReportWriter:
             filled.set_result(None)
         if not self._busy:
             self._busy = True
-            linger = self.linger if self.linger > 0 and self.gap <= self.linger_gap else 0.0
+            linger = self.linger if self._often() else 0.0
             if linger:
                 self.lingered += 1
             if self._write_now is not None and not self._waits:
@@ -158,7 +158,11 @@ class ReportWriter:
     def _short(self) -> bool:
         """Whether the queue holds fewer reports than a batch would take (:data:`FILL_BATCH`, at most
         :attr:`max_batch`) while reports arrive often."""
-        return 0 < len(self._queue) < self._fill_batch and self.linger > 0 and self.gap <= self.linger_gap
+        return 0 < len(self._queue) < self._fill_batch and self._often()
+
+    def _often(self) -> bool:
+        """Whether reports arrive often enough to wait for more (the linger is on and the recent gap short)."""
+        return self.linger > 0 and self.gap <= self.linger_gap
 
     @property
     def _fill_batch(self) -> int:
