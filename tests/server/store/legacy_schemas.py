@@ -471,7 +471,9 @@ def _describe_postgres(url: str) -> dict[str, Any]:
             "collation_name, is_identity, identity_generation FROM information_schema.columns "
             "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
         ):
-            found.setdefault(row[0], {"columns": [], "constraints": [], "indexes": []})["columns"].append(row[1:])
+            # a column's place, not PostgreSQL's position, which keeps the gap of a dropped column (12's)
+            columns = found.setdefault(row[0], {"columns": [], "constraints": [], "indexes": []})["columns"]
+            columns.append((len(columns) + 1, *row[2:]))
         for table, name, definition in conn.execute(
             "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
             "WHERE connamespace = current_schema()::regnamespace ORDER BY 1, 2"

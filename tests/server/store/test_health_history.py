@@ -4,14 +4,17 @@ recovers and after it ends; the fleet's wasted cost never shrinks when jobs end.
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from stepwatch.client import Job
+from stepwatch.protocol import Report
 from stepwatch.server.analysis.cost import wasted_seconds
-from stepwatch.server.store import Store
+from stepwatch.server.store import Store, health_history
 from stepwatch.server.store.health_history import MAX_SPANS, next_history
 from stepwatch.server.views.figures import cost_of
 from stepwatch.server.views.serialisers import health_history_view
@@ -167,3 +170,56 @@ def test_overlapping_bad_verdicts_count_once_and_the_history_is_bounded() -> Non
         spans = next_history(spans, (old[0], old[1], {}), new, float(i))
         old = new
     assert len(spans) == MAX_SPANS and all(s["state"] == "stalled" for s in spans[:-1])
+
+
+def _span_rows(store: Store, job_id: int) -> list[tuple[int, dict[str, Any]]]:
+    """The job's rows of ``health_spans`` as stored: (seq, span), in order."""
+    rows = store._read(store._sql("SELECT seq, span FROM health_spans WHERE job_id = ? ORDER BY seq"), (job_id,))  # type: ignore[attr-defined]
+    return [(int(seq), json.loads(span)) for seq, span in rows]
+
+
+def test_spans_are_rows_of_their_own_written_by_a_change_of_health_not_by_reports(
+    store: Store, make_report: MakeReport
+) -> None:
+    """Schema 12 (store/health_history.py): the spans left the job's row, which a report rewrites (SQLite stores
+    a row whole, so a long history was paid for at every report); a report writes none of them, a change of
+    health its spans that changed."""
+    job = store.set_state(store.register("ns", "rows", token_hash="h", now=0.0), "running", 0.0)
+    store.set_health(job.id, "healthy", 10.0, {"message": "fine"}, 10.0)
+    store.set_health(job.id, "stalled", 50.0, {"message": "rank 2 has stood 40 s", "rank": 2}, 80.0)
+    before = _span_rows(store, job.id)
+    assert [(seq, s["state"], s["to"]) for seq, s in before] == [(0, "healthy", 80.0), (1, "stalled", None)]
+    for seq in range(1, 6):  # reports, metrics and all: the spans' rows are as they were
+        job = store.ingest_report(job, Report.from_dict(make_report(seq, 8 * seq, {"loss": 1.0})), 80.0 + seq).job
+    assert _span_rows(store, job.id) == before and job.health_history == [s for _, s in before]
+    store.set_health(job.id, "stalled", 50.0, {"message": "rank 2 has stood 3 min", "rank": 2}, 200.0)
+    assert _span_rows(store, job.id)[1][1]["message"] == "rank 2 has stood 3 min"  # the open span's new words
+    assert _span_rows(store, job.id)[0] == before[0]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_spans_read_back_are_the_spans_written_after_every_change_past_the_cap_too(
+    store: Store, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Random changes of health and of words, the cap lowered to 6 spans so that spans are dropped (their rows
+    deleted, the others keeping theirs: gaps in ``seq``): after each change the job as read from the database
+    (not from a cache) holds what ``next_history`` says, and so do its rows, in order."""
+    monkeypatch.setattr(health_history, "MAX_SPANS", 6)
+    rng = random.Random(seed)
+    job = store.set_state(store.register("ns", f"cap-{seed}", token_hash="h", now=0.0), "running", 0.0)
+    expected: list[dict[str, Any]] = []
+    old: tuple[str, float | None, dict[str, Any]] = ("unknown", None, {})
+    for i in range(60):
+        t = 10.0 * (i + 1)
+        state = rng.choice(["healthy", "stalled", "straggling", "not_learning", "unknown"])
+        evidence: dict[str, Any] = {"message": f"words {rng.randrange(3)}"}
+        if rng.random() < 0.5:
+            evidence["rank"] = rng.randrange(4)
+        new = (state, t - rng.choice([0.0, 5.0]), evidence)
+        expected = health_history.next_history(expected, old, new, t)
+        written = store.set_health(job.id, new[0], new[1], new[2], t)
+        old = new
+        read = store.job("ns", f"cap-{seed}", attempt=1)  # the row and its spans as the database holds them
+        assert read is not None and read.health_history == expected == written.health_history, i
+        assert [span for _, span in _span_rows(store, job.id)] == expected, i
+    assert len(expected) == 6 and max(seq for seq, _ in _span_rows(store, job.id)) > 6  # rows were dropped

@@ -24,9 +24,14 @@ WINDOWS = 2000
 
 # the first version of each backend's own numbering with these tables or columns
 FEATURES = {
-    "sqlite": {"health": 2, "policies": 3, "tokens": 4},
-    "postgres": {"health": 1, "policies": 1, "tokens": 3},
+    "sqlite": {"health": 2, "policies": 3, "tokens": 4, "history": 7},
+    "postgres": {"health": 1, "policies": 1, "tokens": 3, "history": 5},
 }
+SPANS = [
+    {"state": "stalled", "from": 150.0, "since": 140.0, "to": 160.0, "message": "rank 1 has stood 60 s", "rank": 1},
+    {"state": "not_learning", "from": 190.0, "since": 170.0, "to": None, "message": "loss flat for 400 steps"},
+]
+"""The verdicts of the old job, in its row's ``health_history`` (until 12) or ``health_spans`` (since)."""
 WRITE_LOG = range(5, 8)
 """The SQLite versions with a write log (what the workers of the removed ``--workers`` read of each other)."""
 
@@ -77,6 +82,8 @@ def fill(db: OldDatabase, version: int) -> None:
     )
     if has["health"]:
         db.executemany("UPDATE jobs SET health = ?, health_since = ? WHERE id = 1", [("not_learning", 190.0)])
+    if has["history"]:
+        db.executemany("UPDATE jobs SET health_history = ? WHERE id = 1", [(json.dumps(SPANS),)])
     if has["policies"]:
         db.executemany(
             "INSERT INTO namespace_policies (namespace, policy, updated_at) VALUES (?, ?, ?)",
@@ -121,6 +128,8 @@ def test_a_database_of_every_earlier_version_is_upgraded_with_nothing_lost(old: 
         assert job is not None and job.state == "running" and job.step == WINDOWS and job.total_steps == 2 * WINDOWS
         assert job.params == {"lr": 0.1} and job.gpus == 8.0 and job.gpu_hour_cost == 2.5
         assert job.health == ("not_learning" if has["health"] else "unknown")
+        # 12 moved the spans out of the job's row, one a row of health_spans, in their order
+        assert job.health_history == (SPANS if has["history"] else [])
         assert job.trainer_status is None  # no upstream status kept before the column existed
         columns = store.series_columns(job.id, "loss")
         assert (
@@ -162,10 +171,15 @@ def test_the_write_log_of_version_7_is_dropped_and_every_other_row_kept(old: Old
     old.migrate_to(7)
     fill(old, 7)
 
-    def tables() -> dict[str, list[tuple[Any, ...]]]:
+    def tables() -> dict[str, list[dict[str, Any]]]:
         with sqlite3.connect(old.path) as conn:
             names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-            return {name: conn.execute(f"SELECT * FROM {name}").fetchall() for name in names}
+            out = {}
+            for name in names:
+                cursor = conn.execute(f"SELECT * FROM {name}")
+                columns = [d[0] for d in cursor.description]
+                out[name] = [dict(zip(columns, row, strict=True)) for row in cursor]
+            return out
 
     before = tables()
     assert before["write_log"]
@@ -174,8 +188,12 @@ def test_the_write_log_of_version_7_is_dropped_and_every_other_row_kept(old: Old
     assert old.version() == SCHEMA_VERSION and "write_log" not in after  # (8, then what came after it)
     del before["write_log"]
     after.pop("sqlite_sequence", None), before.pop("sqlite_sequence", None)  # AUTOINCREMENT's counters
-    assert {row[-1] for row in after["jobs"]} == {"{}"}  # 9 added the metric means, empty until a report
-    after["jobs"] = [row[:-1] for row in after["jobs"]]
+    assert {row.pop("metric_means") for row in after["jobs"]} == {"{}"}  # 9 added them, empty until a report
+    # 12 moved the spans of the job's row to a table of their own, one a row, as they were written
+    assert [json.loads(row.pop("health_history")) for row in before["jobs"]] == [SPANS]
+    spans = after.pop("health_spans")
+    assert [(s["job_id"], s["seq"]) for s in spans] == [(1, 0), (1, 1)]
+    assert [json.loads(s["span"]) for s in spans] == SPANS
     assert after == before
 
 

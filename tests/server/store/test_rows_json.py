@@ -14,7 +14,7 @@ import pytest
 
 from stepwatch.protocol import encode_float
 from stepwatch.server.store import rows
-from stepwatch.server.store.rows import column_value, column_values
+from stepwatch.server.store.rows import column_value, column_values, span_text
 
 
 class _Float(float):
@@ -32,7 +32,7 @@ def _old_column_value(name: str, value: Any) -> Any:
         return json.dumps(value)
     if name in ("last_metrics", "metric_means"):
         return json.dumps({k: encode_float(v) for k, v in value.items()})
-    if name in ("health_evidence", "policy", "policy_fired", "health_history"):
+    if name in ("health_evidence", "policy", "policy_fired", "health_span"):
         return json.dumps(value, default=str)
     if name == "trainer_status":
         return None if value is None else json.dumps(value, ensure_ascii=False)
@@ -98,12 +98,14 @@ def test_json_columns_read_back_the_same_on_random_jobs(seed: int) -> None:
             "health_evidence": _tree(rng, 4, safe=False),
             "policy": _tree(rng, 3, safe=False),
             "policy_fired": _tree(rng, 3, safe=False),
-            "health_history": [_tree(rng, 3, safe=False) for _ in range(rng.randint(0, 4))],
             "trainer_status": None if rng.random() < 0.2 else _tree(rng, 4, safe=True),
         }
         for name, value in columns.items():
             new, old = column_value(name, value), _old_column_value(name, value)
             assert _same_read(new, old), (name, value, new, old)
+        for span in [_tree(rng, 3, safe=False) for _ in range(rng.randint(0, 4))]:  # health_spans.span, as the
+            new, old = span_text(span), _old_column_value("health_span", span)  # job's health_history was written
+            assert _same_read(new, old), (span, new, old)
 
 
 def test_metric_columns_take_the_fast_path_and_read_back_exactly() -> None:

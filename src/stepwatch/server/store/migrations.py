@@ -6,7 +6,7 @@ only what the declaration cannot say, per database and only where the SQL really
 write log dropped). So each migration is declared once, and :func:`plan` gives a database at any version the
 statements it lacks, one transaction per version. A database without tables is created as the
 declaration stands now. Migrations only add, except the drop of a table that never held user data
-and of indexes (10, 11); no upgrade loses data.
+and of indexes (10, 11), and a column whose values a migration moved first (12); no upgrade loses data.
 
 SQLite keeps the version in ``PRAGMA user_version``, PostgreSQL in the table ``stepwatch_schema``.
 The numbers are SQLite's: before the two stores shared them, PostgreSQL counted its own (1 to 5),
@@ -65,6 +65,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         "index of every rank's reports dropped; retention reads a job's reports by their key)",
         only=dict.fromkeys(("sqlite", "postgres"), ("DROP INDEX IF EXISTS reports_progress",)),
     ),
+    Migration(
+        12,
+        "a job's verdicts one span a row (health_spans), moved out of the job's row, which SQLite rewrote whole "
+        "with them at every report; the column that held them dropped once they are moved",
+        only={
+            "sqlite": (
+                "INSERT INTO health_spans (job_id, seq, span) SELECT jobs.id, spans.key, spans.value "
+                "FROM jobs, json_each(jobs.health_history) AS spans WHERE spans.type = 'object'",
+            ),
+            "postgres": (
+                "INSERT INTO health_spans (job_id, seq, span) SELECT jobs.id, spans.n - 1, spans.value::text "
+                "FROM jobs, json_array_elements(jobs.health_history::json) WITH ORDINALITY AS spans (value, n) "
+                "WHERE json_typeof(spans.value) = 'object'",
+            ),
+        },
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -95,11 +111,19 @@ def _statements(migration: Migration, dialect: str) -> list[str]:
         if table.since == version:
             out.append(table_sql(table, dialect, version))
         elif table.since < version:
-            for column in table.columns:
+            for column in (*table.columns, *table.retired):
                 if column.since == version and (sql := column_sql(column, dialect)) is not None:
                     out.append(f"ALTER TABLE {table.name} ADD COLUMN {sql}")
     out.extend(index.sql() for index in INDEXES if index.since == version and index.has(dialect))
     out.extend(migration.only.get(dialect, ()))
+    # a column is dropped last: what the version's own statements moved out of it is elsewhere by then
+    out.extend(
+        f"ALTER TABLE {table.name} DROP COLUMN {column.name}"
+        for table in TABLES
+        if table.has(dialect)
+        for column in table.retired
+        if column.until == version
+    )
     return out
 
 

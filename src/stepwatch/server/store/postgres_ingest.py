@@ -30,8 +30,9 @@ import psycopg
 from ...protocol import Command, TrainerStatus
 from .base import Event, IngestResult, Job, MetricLimitError, PendingReport, StoreError
 from .job_updates import check_metric_names, report_updates, upstream_status
-from .rows import JOB_COLUMNS, column_value, job_from_row
+from .rows import ROW_COLUMNS, column_value, job_from_row, spans_column
 from .schema import TABLES, postgres_cast
+from .sql_dialect import POSTGRES
 from .sql_store import SqlStore
 
 __all__ = [
@@ -217,8 +218,9 @@ class PostgresIngest(SqlStore):
         """
         ids = sorted({item.job.id for item in batch})
         # the rows of every job of the batch, locked in id order: two replicas never deadlock over them
+        # (the job's own columns: its spans are read below only for a row this store did not write last)
         locked = conn.execute(
-            f"SELECT xmin::text, {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (ids,)
+            f"SELECT xmin::text, {ROW_COLUMNS} FROM jobs WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (ids,)
         )
         commands = conn.execute(
             "SELECT job_id, id, kind, reason FROM commands WHERE job_id = ANY(%s) AND acked_at IS NULL "
@@ -239,9 +241,21 @@ class PostgresIngest(SqlStore):
             if early is None:
                 raise
             raise ReportFailed from exc  # (a pipeline raises the first error of any statement sent: the batch's?)
+        stale = []
         for row in rows:
             last = memo.get(row[1])  # as this store wrote it, if the row is still that version
-            self._remember(last[1] if last is not None and last[0] == row[0] else job_from_row(row[1:]))
+            if last is not None and last[0] == row[0]:
+                self._remember(last[1])
+            else:
+                stale.append(row)
+        if stale:  # written elsewhere (another replica, a change of health): read with its spans
+            spans: dict[int, str] = dict(
+                conn.execute(
+                    f"SELECT id, {spans_column(POSTGRES)} FROM jobs WHERE id = ANY(%s)", ([row[1] for row in stale],)
+                ).fetchall()
+            )
+            for row in stale:
+                self._remember(job_from_row((*row[1:], spans[row[1]])))
         pending: dict[int, list[Command]] = {i: [] for i in ids}
         for job_id, command_id, kind, reason in command_rows:
             pending[job_id].append(Command(id=command_id, kind=kind, reason=reason))

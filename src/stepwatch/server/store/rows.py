@@ -12,28 +12,66 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import fields
+from functools import lru_cache
 from typing import Any
 
 from ...protocol import decode_float, encode_float
 from .base import Job
 from .schema import JSON, TABLES
+from .sql_dialect import Dialect
 
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is in the server extra
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["JOB_COLUMNS", "JOB_NAMES", "column_value", "column_values", "job_from_row", "load_float", "store_float"]
+__all__ = [
+    "JOB_NAMES",
+    "ROW_COLUMNS",
+    "column_value",
+    "column_values",
+    "job_columns",
+    "job_from_row",
+    "load_float",
+    "span_text",
+    "spans_column",
+    "store_float",
+]
 
 _JOB_TABLE = next(table for table in TABLES if table.name == "jobs")
-JOB_NAMES: tuple[str, ...] = tuple(c.name for c in _JOB_TABLE.columns if c.name in {f.name for f in fields(Job)})
-"""The job table's columns a :class:`~.base.Job` holds (all but the token's hash), in the schema's order: read
-from the one declaration of the schema, so that a column added there is read here too."""
-JOB_COLUMNS = ", ".join(JOB_NAMES)
-""":data:`JOB_NAMES` as a ``SELECT`` list, the row :func:`job_from_row` reads."""
-_JSON_NAMES = tuple(c.name for c in _JOB_TABLE.columns if c.type is JSON and c.name in JOB_NAMES)
+JOB_NAMES: tuple[str, ...] = (
+    *(c.name for c in _JOB_TABLE.columns if c.name in {f.name for f in fields(Job)}),
+    "health_history",
+)
+"""What a row of :func:`job_columns` holds: the job table's columns a :class:`~.base.Job` holds (all but the
+token's hash), in the schema's order, read from the one declaration of the schema so that a column added there is
+read here too; then the job's verdicts, gathered from ``health_spans`` as one JSON list."""
+ROW_COLUMNS = ", ".join(JOB_NAMES[:-1])
+"""The job's own columns of :data:`JOB_NAMES` (its spans not included), as a ``SELECT`` list."""
+_JSON_NAMES = (*(c.name for c in _JOB_TABLE.columns if c.type is JSON and c.name in JOB_NAMES), "health_history")
 _METRIC_NAMES = ("last_metrics", "metric_means")
 """JSON dicts of metric values, their non-finite values written as strings."""
+_SPANS = {
+    # SQLite's group_concat follows the rows of its subquery in their order (ORDER BY in an aggregate is 3.44's)
+    "sqlite": "(SELECT COALESCE('[' || group_concat(span, ',') || ']', '[]') FROM (SELECT span FROM health_spans "
+    "WHERE health_spans.job_id = jobs.id ORDER BY seq))",
+    "postgres": "(SELECT COALESCE('[' || string_agg(span, ',' ORDER BY seq) || ']', '[]') FROM health_spans "
+    "WHERE health_spans.job_id = jobs.id)",
+}
+
+
+def spans_column(dialect: Dialect) -> str:
+    """A job's spans gathered from ``health_spans`` in their order, as the text of one JSON list (``'[]'``: none),
+    in ``dialect``'s SQL: an expression of a ``SELECT`` (or ``RETURNING``) of ``jobs``."""
+    return _SPANS[dialect.name]
+
+
+@lru_cache(maxsize=2)
+def job_columns(dialect: Dialect) -> str:
+    """:data:`JOB_NAMES` as a ``SELECT`` (or ``RETURNING``) list of ``jobs`` in ``dialect``'s SQL: the row
+    :func:`job_from_row` reads. The verdicts' spans come in the same statement, and so from the same snapshot
+    as the row: a job's health and its history always agree."""
+    return f"{ROW_COLUMNS}, {spans_column(dialect)}"
 
 
 def store_float(value: float) -> float | str:
@@ -47,7 +85,7 @@ def load_float(value: Any) -> float:
 
 
 def job_from_row(row: tuple[Any, ...]) -> Job:
-    """A job from a row of :data:`JOB_COLUMNS`: JSON columns decoded (a ``NULL`` one is ``None``), metric values
+    """A job from a row of :func:`job_columns`: JSON columns decoded (a ``NULL`` one is ``None``), metric values
     back to floats."""
     values = dict(zip(JOB_NAMES, row, strict=True))
     for name in _JSON_NAMES:
@@ -68,6 +106,11 @@ def column_values(updates: dict[str, Any]) -> list[Any]:
     """:func:`column_value` of each of a job's changed fields, in their order (a report's update has a dozen)."""
     encoders = _ENCODERS
     return [value if (encode := encoders.get(name)) is None else encode(value) for name, value in updates.items()]
+
+
+def span_text(span: dict[str, Any]) -> str:
+    """A verdict's span as ``health_spans.span`` stores it (the JSON :func:`job_from_row` reads back)."""
+    return _loose(span)
 
 
 def _metric_values(value: dict[str, float]) -> str:
@@ -124,7 +167,6 @@ _ENCODERS: dict[str, Callable[[Any], Any]] = {
     "health_evidence": _loose,
     "policy": _loose,
     "policy_fired": _loose,
-    "health_history": _loose,
     "trainer_status": _trainer_status,
 }
 """How each JSON column is written (:func:`column_value`); every other column stores its value as it is."""

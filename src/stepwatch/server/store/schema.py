@@ -79,6 +79,14 @@ class Column:
     unique: bool = False
     references: str | None = None
     """A table whose ``id`` this column holds."""
+    until: int | None = None
+    """The version that dropped it (a column of :attr:`Table.retired`)."""
+
+    def at(self, version: int | None) -> bool:
+        """Whether a table of that version has the column (``None``: as the schema stands now)."""
+        if version is None:
+            return self.until is None
+        return self.since <= version and (self.until is None or version < self.until)
 
 
 @dataclass(frozen=True)
@@ -102,10 +110,17 @@ class Table:
     """The one database that has the table (``None``: both)."""
     without_rowid: bool = False
     """SQLite keeps the rows in their key's order, without a rowid of their own."""
+    retired: tuple[Column, ...] = ()
+    """Columns it had once, each with the version that dropped it (``until``): not in :attr:`columns`,
+    which are the columns it has now; an older database's table is built with them."""
 
     def has(self, dialect: str) -> bool:
         """Whether ``dialect``'s database has this table."""
         return self.only in (None, dialect)
+
+    def columns_at(self, version: int | None) -> tuple[Column, ...]:
+        """The columns the table had at ``version`` (``None``: now), those it has now first."""
+        return tuple(c for c in (*self.columns, *self.retired) if c.at(version))
 
 
 @dataclass(frozen=True)
@@ -176,10 +191,12 @@ TABLES: tuple[Table, ...] = (
             Column("policy_fired", JSON, default="{}", since=3),
             Column("gpu_type", TEXT, default="", since=3),
             Column("trainer_status", JSON, null=True, since=6),
-            Column("health_history", JSON, default="[]", since=7),
             Column("metric_means", JSON, default="{}", since=9),
         ),
         unique=("namespace", "name", "attempt"),
+        # the verdicts' spans were a JSON list in the job's row, which SQLite rewrote whole at every report:
+        # 12 moved them to health_spans
+        retired=(Column("health_history", JSON, default="[]", since=7, until=12),),
     ),
     Table(
         "reports",
@@ -252,6 +269,15 @@ TABLES: tuple[Table, ...] = (
         ),
         key=Key(("job_id", "metric", "level", "last_rowid")),
         since=2,
+        without_rowid=True,
+    ),
+    # every verdict a job had, one span a row in its order (store/health_history.py): written when its
+    # health changes, never by a report
+    Table(
+        "health_spans",
+        (_job_ref(), Column("seq", INT), Column("span", JSON)),
+        key=Key(("job_id", "seq")),
+        since=12,
         without_rowid=True,
     ),
     Table(
@@ -373,11 +399,7 @@ def column_sql(column: Column, dialect: str) -> str | None:
 
 def table_sql(table: Table, dialect: str, version: int | None = None) -> str:
     """``CREATE TABLE`` (if not there already) with the columns it had at ``version`` (``None``: now)."""
-    lines = [
-        sql
-        for column in table.columns
-        if (version is None or column.since <= version) and (sql := column_sql(column, dialect)) is not None
-    ]
+    lines = [sql for column in table.columns_at(version) if (sql := column_sql(column, dialect)) is not None]
     if table.unique:
         lines.append(f"UNIQUE ({', '.join(table.unique)})")
     if table.key is not None and table.key.only in (None, dialect):

@@ -40,9 +40,13 @@ class Connection(Protocol):
 
     def execute(self, sql: str, parameters: Any = ..., /) -> _Cursor: ...
 
+    def executemany(self, sql: str, parameters: Any, /) -> Any: ...
+
 
 class _Driver(Protocol):
     def execute(self, query: Any, params: Any = ..., /) -> Any: ...
+
+    def cursor(self) -> Any: ...
 
 
 class QmarkConnection:
@@ -53,6 +57,10 @@ class QmarkConnection:
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         return self.conn.execute(_format_style(sql), parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.executemany(_format_style(sql), parameters)
 
 
 @lru_cache(maxsize=4096)

@@ -49,9 +49,9 @@ from .base import (
     StoreError,
     health_change_is_event,
 )
-from .health_history import next_history
+from .health_history import next_history, write_spans
 from .replica_cache import ReplicaCache
-from .rows import JOB_COLUMNS, column_values, job_from_row
+from .rows import column_values, job_columns, job_from_row
 from .sql_dialect import Connection, Dialect
 
 __all__ = ["PENDING_SQL", "SqlStore"]
@@ -85,6 +85,11 @@ class SqlStore(Store):
         """Windows stored per series since its last fold into roll-ups (this process only)."""
         self._update_sql: dict[tuple[str, ...], str] = {}
         """The ``UPDATE`` of a job's row by the columns it writes, in their order (:meth:`_update`)."""
+
+    @property
+    def _job_columns(self) -> str:
+        """What a job is read as (:func:`.rows.job_columns`, its spans included) in this store's dialect."""
+        return job_columns(self.dialect)
 
     def _sql(self, text: str) -> str:
         """A statement written with ``?`` placeholders, in the driver's own."""
@@ -145,7 +150,8 @@ class SqlStore(Store):
             if cached is not None:
                 return cached
         row = conn.execute(
-            self._sql(f"SELECT {JOB_COLUMNS}, token_hash FROM jobs WHERE id = ?{self.dialect.lock_row}"), (job_id,)
+            self._sql(f"SELECT {self._job_columns}, token_hash FROM jobs WHERE id = ?{self.dialect.lock_row}"),
+            (job_id,),
         ).fetchone()
         if row is None:
             raise KeyError(job_id)
@@ -232,7 +238,7 @@ class SqlStore(Store):
                 self._sql(
                     "INSERT INTO jobs (namespace, name, attempt, token_hash, state, created_at, updated_at, "
                     "total_steps, total_epochs, params, gpus, gpu_hour_cost, source, policy, gpu_type) "
-                    f"VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {JOB_COLUMNS}"
+                    f"VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {self._job_columns}"
                 ),
                 values,
             ).fetchall()  # all: SQLite finishes the statement only once its rows are read
@@ -245,7 +251,7 @@ class SqlStore(Store):
         """The latest attempt of a job, or the given one."""
         if attempt is not None:
             rows = self._read(
-                self._sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? AND name = ? AND attempt = ?"),
+                self._sql(f"SELECT {self._job_columns} FROM jobs WHERE namespace = ? AND name = ? AND attempt = ?"),
                 (namespace, name, attempt),
             )
             return job_from_row(rows[0]) if rows else None
@@ -254,7 +260,9 @@ class SqlStore(Store):
             return cached
         epoch = self._cache.epoch
         rows = self._read(
-            self._sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? AND name = ? ORDER BY attempt DESC LIMIT 1"),
+            self._sql(
+                f"SELECT {self._job_columns} FROM jobs WHERE namespace = ? AND name = ? ORDER BY attempt DESC LIMIT 1"
+            ),
             (namespace, name),
         )
         if not rows:
@@ -269,7 +277,7 @@ class SqlStore(Store):
         if cached is not None:
             return cached
         epoch = self._cache.epoch
-        rows = self._read(self._sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"), (job_id,))
+        rows = self._read(self._sql(f"SELECT {self._job_columns} FROM jobs WHERE id = ?"), (job_id,))
         if not rows:
             return None
         job = job_from_row(rows[0])
@@ -335,7 +343,7 @@ class SqlStore(Store):
         missing = [i for i in ids if i not in found]
         for start in range(0, len(missing), 500):  # rows the cache does not hold: read once, then kept
             clause, chunk = self.dialect.in_list("id", missing[start : start + 500])
-            for row in self._read(self._sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE {clause}"), tuple(chunk)):
+            for row in self._read(self._sql(f"SELECT {self._job_columns} FROM jobs WHERE {clause}"), tuple(chunk)):
                 job = job_from_row(row)
                 self._cache.offer(job, epoch)
                 found[job.id] = job
@@ -436,10 +444,10 @@ class SqlStore(Store):
                 (health, since, evidence),
                 now,
             )
-            updates: dict[str, Any] = {"health": health, "health_since": since, "health_evidence": evidence}
-            if history is not current.health_history:
-                updates["health_history"] = history
-            return self._update(conn, current, updates)
+            if history is not current.health_history:  # its spans' rows, not the job's (health_history.py)
+                write_spans(self.dialect.qmark(conn), job_id, current.health_history, history)
+                current = current.changed(health_history=history)
+            return self._update(conn, current, {"health": health, "health_since": since, "health_evidence": evidence})
 
     def set_estimate(self, job_id: int, eta_seconds: float | None, rate: float | None, now: float) -> None:
         """Keep the latest ETA of a job with the job, so that lists need no history."""
