@@ -114,6 +114,14 @@ def clean_stepwatch(stepwatch_clean: None) -> None:
     ``stepwatch_clean``, for every test of this suite)."""
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables as written to a file, whatever the terminal that runs the tests: a ``$COLUMNS`` of the person's
+    shell, or the 80 that pytest-xdist gives each worker, would drop columns the tests read (the CLI's tables
+    read by tests of every folder: the frameworks' too). Tests of the width set their own."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def sink() -> Iterator[ReportSink]:
     """A real report sink on 127.0.0.1, stopped after the test."""

@@ -132,8 +132,10 @@ def test_diverge_goes_nonfinite_and_keeps_running() -> None:
     assert loss[0].nonfinite == 0
     assert loss[0].min is not None and loss[0].min < 0.5  # it started as a run that learns...
     assert max(w.max for w in loss if w.max is not None) > 1e6  # ...blew up...
-    first_bad = min(w.first_step for w in loss if w.nonfinite)
-    assert 150 < first_bad <= 450  # ...went non-finite within a few hundred steps...
+    # ...went non-finite within a few hundred steps: the first step is somewhere in the first window that holds a
+    # non-finite value, whose bounds follow the reporter's clock (on a slow machine a window spans more steps)
+    first_bad = next(w for w in loss if w.nonfinite)
+    assert first_bad.first_step <= 450 and first_bad.last_step > 150, (first_bad.first_step, first_bad.last_step)
     assert loss[-1].nonfinite == loss[-1].count  # ...and stayed NaN to the end
     assert _windows(reports, "grad_norm")[-1].nonfinite > 0
 

@@ -32,10 +32,3 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def ns() -> str:
     """A namespace of this test's own."""
     return f"cli{next(_namespaces)}"
-
-
-@pytest.fixture(autouse=True)
-def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tables as written to a file, whatever the terminal that runs the tests: a ``$COLUMNS`` of the person's
-    shell (or of a test runner's worker) would drop columns the tests read. Tests of the width set their own."""
-    monkeypatch.delenv("COLUMNS", raising=False)

@@ -172,11 +172,15 @@ def test_termination_message_complete(make_cluster: Callable[..., Cluster], pods
     assert history(cluster, "llama", "eval_loss") == [(124, 3.451)]
     summary = {m["name"]: m["value"] for m in view["trainerStatus"]["metrics"]}["estimatedRemainingTimeSummary"]
     assert summary == "complete"
-    requests, patches = len(pod.requests), len(fake.calls("PATCH"))
+    # the poll and the capture; and a third when the runner looked between the pod's end and the TrainJob's
+    # condition (two writes of the fake, as of a real API server; seen on a loaded machine): it reads the
+    # ended pod's status and asks the pod nothing
+    requests, patches, polls = len(pod.requests), len(fake.calls("PATCH")), runner.stats["polls"]
+    assert requests == 1 and polls in (2, 3)
     for _ in range(3):  # B21: nothing more
         clock.now += 60
         time.sleep(0.2)
-    assert (len(pod.requests), len(fake.calls("PATCH")), runner.stats["polls"]) == (requests, patches, 2)
+    assert (len(pod.requests), len(fake.calls("PATCH")), runner.stats["polls"]) == (requests, patches, polls)
 
 
 @pytest.mark.parametrize(
