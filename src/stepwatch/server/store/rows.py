@@ -51,19 +51,12 @@ ROW_COLUMNS = ", ".join(JOB_NAMES[:-1])
 _JSON_NAMES = (*(c.name for c in _JOB_TABLE.columns if c.type is JSON and c.name in JOB_NAMES), "health_history")
 _METRIC_NAMES = ("last_metrics", "metric_means")
 """JSON dicts of metric values, their non-finite values written as strings."""
-_SPANS = {
-    # SQLite's group_concat follows the rows of its subquery in their order (ORDER BY in an aggregate is 3.44's)
-    "sqlite": "(SELECT COALESCE('[' || group_concat(span, ',') || ']', '[]') FROM (SELECT span FROM health_spans "
-    "WHERE health_spans.job_id = jobs.id ORDER BY seq))",
-    "postgres": "(SELECT COALESCE('[' || string_agg(span, ',' ORDER BY seq) || ']', '[]') FROM health_spans "
-    "WHERE health_spans.job_id = jobs.id)",
-}
 
 
 def spans_column(dialect: Dialect) -> str:
     """A job's spans gathered from ``health_spans`` in their order, as the text of one JSON list (``'[]'``: none),
     in ``dialect``'s SQL: an expression of a ``SELECT`` (or ``RETURNING``) of ``jobs``."""
-    return _SPANS[dialect.name]
+    return dialect.json_list("span", "health_spans WHERE health_spans.job_id = jobs.id", "seq")
 
 
 @lru_cache(maxsize=2)

@@ -4,8 +4,8 @@ The shared reads and writes (:mod:`.sql_store`), the roll-ups (:mod:`.rollups`) 
 (:mod:`.retention`) are written once, with ``?`` placeholders, in the SQL both databases understand
 (``ON CONFLICT ... DO UPDATE``, ``RETURNING``, recursive CTEs, window functions). What is left to
 differ is small, and held here: the driver's placeholder, the name of a function or two, how a list
-of values is passed, the clause that locks a row for the rest of a write transaction, and how a
-window's NaN is stored. The schema's types are in :mod:`.schema`.
+of values is passed, the clause that locks a row for the rest of a write transaction, how a
+window's NaN is stored, and how rows' texts are joined in order into one list (a job's verdicts). The schema's types are in :mod:`.schema`.
 
 **Why not SQLAlchemy Core.** It would write these few differences for us, but it is not a
 dependency today, and adding it to the ``server`` extra costs an install of several megabytes for
@@ -87,6 +87,9 @@ class Dialect:
     """A list of values is one parameter (``= ANY(?)``), not one placeholder per value."""
     nan_as_text: bool
     """A window's NaN ``last`` is stored as the text ``'NaN'`` (SQLite would store ``NULL``)."""
+    ordered_aggregates: bool
+    """An aggregate takes an ``ORDER BY`` of its own (PostgreSQL; SQLite only from 3.44, so there the rows are
+    ordered by a subquery, whose order ``group_concat`` follows)."""
 
     def sql(self, text: str) -> str:
         """A statement written with ``?`` placeholders, in the driver's own."""
@@ -103,6 +106,14 @@ class Dialect:
         if not values:
             return "1 = 0", []
         return f"{column} IN ({', '.join('?' for _ in values)})", list(values)
+
+    def json_list(self, value: str, rows: str, order: str) -> str:
+        """A scalar subquery: the JSON texts ``value`` of ``rows`` (``table WHERE ...``, which may refer to the
+        outer query) joined in ``order`` into the text of one JSON list (``'[]'``: no rows)."""
+        if self.ordered_aggregates:
+            return f"(SELECT COALESCE('[' || string_agg({value}, ',' ORDER BY {order}) || ']', '[]') FROM {rows})"
+        inner = f"(SELECT {value} AS value FROM {rows} ORDER BY {order})"
+        return f"(SELECT COALESCE('[' || group_concat(value, ',') || ']', '[]') FROM {inner})"
 
     def contains(self, column: str) -> str:
         """``column`` contains the text of one ``?`` argument."""
@@ -133,7 +144,16 @@ class Dialect:
         }
 
 
-SQLITE = Dialect(name="sqlite", param="?", least="MIN", position="instr", lock_row="", arrays=False, nan_as_text=True)
+SQLITE = Dialect(
+    name="sqlite",
+    param="?",
+    least="MIN",
+    position="instr",
+    lock_row="",
+    arrays=False,
+    nan_as_text=True,
+    ordered_aggregates=False,
+)
 POSTGRES = Dialect(
     name="postgres",
     param="%s",
@@ -142,4 +162,5 @@ POSTGRES = Dialect(
     lock_row=" FOR NO KEY UPDATE",
     arrays=True,
     nan_as_text=False,
+    ordered_aggregates=True,
 )
