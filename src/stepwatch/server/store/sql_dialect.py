@@ -5,7 +5,8 @@ The shared reads and writes (:mod:`.sql_store`), the roll-ups (:mod:`.rollups`) 
 (``ON CONFLICT ... DO UPDATE``, ``RETURNING``, recursive CTEs, window functions). What is left to
 differ is small, and held here: the driver's placeholder, the name of a function or two, how a list
 of values is passed, the clause that locks a row for the rest of a write transaction, how a
-window's NaN is stored, and how rows' texts are joined in order into one list (a job's verdicts). The schema's types are in :mod:`.schema`.
+window's NaN is stored, and how rows' texts are joined in order into one list (a job's verdicts).
+The schema's types are in :mod:`.schema`.
 
 **Why not SQLAlchemy Core.** It would write these few differences for us, but it is not a
 dependency today, and adding it to the ``server`` extra costs an install of several megabytes for
