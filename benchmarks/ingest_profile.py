@@ -10,6 +10,9 @@ function counted).
     .venv/bin/python benchmarks/ingest_profile.py --reports 6000 [--database-url postgresql://...]
     .venv/bin/python benchmarks/ingest_profile.py --reports 6000 --top 40     # the raw profile too
 
+``--heartbeats`` measures the other ranks' reports instead: each job has 8 ranks, and after rank 0's first
+reports, ranks 1-7 heartbeat in turn (step and step time, no windows), as seven reports in eight of a fleet are.
+
 ``--store B`` times the SQLite store's writer alone (no app): the same bodies, read once by
 ``Report.from_dict``, written ``B`` reports a transaction through ``ingest_reports``, as the group
 commit hands them over (``B = 1``: a fleet's pace, each report its own transaction); the writing
@@ -35,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fleet import heartbeat
 from server_ingest import report_dict
 
 from stepwatch.server import ServerSettings, create_app
@@ -134,9 +138,9 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
         jobs.append((f"prof-{tag}-{i}", json.loads(body)["token"]))
     rng = random.Random(0)
     per_job = opts.reports // opts.jobs
+    warm = min(5, per_job // 4)
     bodies = [
-        [json.dumps(report_dict(f"run-{i}", seq, rng, 1000 + i)).encode() for seq in range(per_job)]
-        for i in range(opts.jobs)
+        [json.dumps(report_body(opts, i, seq, warm, rng)).encode() for seq in range(per_job)] for i in range(opts.jobs)
     ]
 
     async def reporter(i: int, seqs: range) -> None:
@@ -150,7 +154,6 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
             if opts.interval:
                 await asyncio.sleep(opts.interval)
 
-    warm = min(5, per_job // 4)
     await asyncio.gather(*(reporter(i, range(warm)) for i in range(opts.jobs)))
     profiles: list[cProfile.Profile] = []
 
@@ -196,6 +199,21 @@ async def run(opts: argparse.Namespace, db: Path) -> dict[str, Any]:  # noqa: PL
             stats.sort_stats("cumulative").print_stats(opts.top)
             stats.sort_stats("tottime").print_stats(opts.top)
     return result
+
+
+def report_body(opts: argparse.Namespace, job: int, seq: int, warm: int, rng: random.Random) -> dict[str, Any]:
+    """Report ``seq`` of job ``job``: rank 0's (5 windows); with ``--heartbeats``, the job has 8 ranks and its
+    measured reports are the heartbeats of ranks 1-7 in turn (a fleet's seven reports in eight), each after
+    the warm-up's rank-0 reports."""
+    report = report_dict(f"run-{job}", seq, rng, 1000 + job)
+    if not opts.heartbeats:
+        return report
+    report["identity"]["world_size"] = RANKS_PER_JOB
+    return report if seq < warm else heartbeat(report, 1 + seq % (RANKS_PER_JOB - 1), RANKS_PER_JOB)
+
+
+RANKS_PER_JOB = 8
+"""A job's ranks with ``--heartbeats`` (``fleet.py``'s default)."""
 
 
 def store_only(opts: argparse.Namespace, db: Path) -> dict[str, Any]:
@@ -274,6 +292,9 @@ def main() -> None:
         "--interval", type=float, default=0.0, help="seconds between a job's reports (default: back to back)"
     )
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument(
+        "--heartbeats", action="store_true", help="measure heartbeats (ranks 1-7 of 8), not rank 0's reports"
+    )
     parser.add_argument("--store", type=int, metavar="B", help="the SQLite store alone, B reports a transaction")
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--dump", metavar="PATH", help="write the merged profile there (pstats), to read its callers")
