@@ -42,6 +42,8 @@ def test_heartbeats_and_rank_zero_reports_are_profiled_by_stage() -> None:
         stages = figures["stages_ms_per_report"]
         assert all(v >= 0 for v in stages.values()), stages
         assert stages["writer (store)"] > 0 and stages["health"] > 0, stages
-    # a heartbeat's body has no windows: nothing to parse, store or judge of them (measured ~0.5x in process)
-    for stage in ("body parse + validate", "writer (store)"):
-        assert beats["stages_ms_per_report"][stage] < rank0["stages_ms_per_report"][stage], stage
+    # a heartbeat's body has no windows: nothing to parse or store of them (measured ~0.65x and ~0.4x profiled);
+    # the store's bound is loose enough for a loaded machine and fails when --heartbeats sends rank 0's reports
+    parse, store = "body parse + validate", "writer (store)"
+    assert beats["stages_ms_per_report"][parse] < rank0["stages_ms_per_report"][parse]
+    assert beats["stages_ms_per_report"][store] < 0.75 * rank0["stages_ms_per_report"][store]
